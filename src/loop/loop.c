@@ -1,0 +1,749 @@
+/* The event loop core: dispatch rounds, deferred work, timers, poll handlers,
+ * flush hooks and cross-thread messages. The fd monitor is a backend
+ * (loop-uring.c or loop-epoll.c).
+ *
+ * A round: wait (or busy-poll) for events and dispatch them; run due timers;
+ * run messages; run the work deferred so far; run flush hooks. The next wait
+ * submits the I/O queued during the round together with the wait.
+ *
+ * Threading: a loop belongs to the thread that runs it; only loop_send() and
+ * loop_stop() may be called from other threads. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "loop/loop-int.h"
+#include "loop/thread-pool.h"
+#include "util/log.h"
+
+static __thread struct loop *current_loop;
+static atomic_uint next_index;
+
+/* After this many consecutive rounds that did not block, the epoll backend
+ * checks its fds once without blocking (a round that never sleeps would
+ * otherwise starve them, and checking every round costs a system call). */
+#define BUSY_FD_CHECK_ROUNDS 16
+
+uint64_t loop_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct loop *loop_current(void) { return current_loop; }
+void loop_bind_current(struct loop *loop) { current_loop = loop; }
+enum loop_backend loop_backend(const struct loop *loop) { return loop->backend; }
+unsigned loop_index(const struct loop *loop) { return loop->index; }
+void *loop_tp_state(struct loop *loop) { return loop->tp_state; }
+void loop_set_tp_state(struct loop *loop, void *state) { loop->tp_state = state; }
+bool loop_stopping(const struct loop *loop) { return atomic_load(&loop->stop); }
+struct io_uring *loop_uring(struct loop *loop) { return loop->have_ring ? &loop->ring : NULL; }
+
+const char *loop_backend_name(const struct loop *loop)
+{
+	return loop->backend == LOOP_BACKEND_URING ? "io_uring" : "epoll";
+}
+
+/* ---- options ---------------------------------------------------------- */
+
+static enum loop_backend backend_from_env(void)
+{
+	const char *s = getenv("IOPLANE_LOOP_BACKEND");
+
+	if (!s || !*s || !strcmp(s, "auto"))
+		return LOOP_BACKEND_AUTO;
+	if (!strcmp(s, "uring") || !strcmp(s, "io_uring"))
+		return LOOP_BACKEND_URING;
+	if (!strcmp(s, "epoll"))
+		return LOOP_BACKEND_EPOLL;
+	log_warn("IOPLANE_LOOP_BACKEND=%s not understood (uring|epoll|auto); using auto", s);
+	return LOOP_BACKEND_AUTO;
+}
+
+static int64_t poll_max_from_env(void)
+{
+	const char *s = getenv("IOPLANE_POLL_MAX_NS");
+	char *end;
+	long long v;
+
+	if (!s || !*s)
+		return LOOP_POLL_MAX_NS_DEFAULT;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || *end || v < 0) {
+		log_warn("IOPLANE_POLL_MAX_NS=%s is not a number of ns; using default", s);
+		return LOOP_POLL_MAX_NS_DEFAULT;
+	}
+	return v;
+}
+
+/* ---- creation ----------------------------------------------------------- */
+
+static void efd_cb(struct loop_fd *h, uint32_t revents);
+
+static int loop_init_backend(struct loop *loop, enum loop_backend want)
+{
+	int ret;
+
+	if (want != LOOP_BACKEND_EPOLL) {
+		loop->backend = LOOP_BACKEND_URING;
+		ret = loop_uring_init(loop);
+		if (ret == 0 || want == LOOP_BACKEND_URING)
+			return ret;
+		log_debug("io_uring unavailable (%s); event loop falls back to epoll",
+			  strerror(-ret));
+	}
+	loop->backend = LOOP_BACKEND_EPOLL;
+	return loop_epoll_init(loop);
+}
+
+int loop_new(const struct loop_opts *opts, struct loop **out)
+{
+	struct loop_opts dflt = {0};
+	enum loop_backend want;
+	struct loop *loop;
+	int ret;
+
+	if (!opts)
+		opts = &dflt;
+	loop = calloc(1, sizeof(*loop));
+	if (!loop)
+		return -ENOMEM;
+	loop->index = atomic_fetch_add(&next_index, 1) % LOOP_MAX_THREADS;
+	loop->defer_tail = &loop->defer_head;
+	loop->poll_max_ns = opts->poll_max_ns < 0 ? poll_max_from_env() : opts->poll_max_ns;
+	loop->epfd = -1;
+	loop->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (loop->efd < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	want = opts->backend != LOOP_BACKEND_AUTO ? opts->backend : backend_from_env();
+	ret = loop_init_backend(loop, want);
+	if (ret < 0)
+		goto fail;
+	loop->efd_h = (struct loop_fd){.fd = loop->efd, .events = EPOLLIN, .cb = efd_cb};
+	ret = loop_fd_add(loop, &loop->efd_h);
+	if (ret < 0)
+		goto fail_backend;
+	*out = loop;
+	return 0;
+
+fail_backend:
+	if (loop->backend == LOOP_BACKEND_URING)
+		loop_uring_fini(loop);
+	else
+		loop_epoll_fini(loop);
+fail:
+	if (loop->efd >= 0)
+		close(loop->efd);
+	free(loop);
+	return ret;
+}
+
+void loop_free(struct loop *loop)
+{
+	if (!loop)
+		return;
+	tp_loop_cleanup(loop);
+	/* Run what is still queued so that nobody waits forever on it. */
+	loop_run_once(loop, false);
+	loop_fd_del(loop, &loop->efd_h);
+	if (loop->backend == LOOP_BACKEND_URING)
+		loop_uring_fini(loop);
+	else
+		loop_epoll_fini(loop);
+	close(loop->efd);
+	free(loop->heap);
+	free(loop->slots);
+	if (current_loop == loop)
+		current_loop = NULL;
+	free(loop);
+}
+
+/* ---- deferred work and flush hooks -------------------------------------- */
+
+void loop_defer(struct loop *loop, struct loop_defer *d)
+{
+	d->next = NULL;
+	*loop->defer_tail = d;
+	loop->defer_tail = &d->next;
+}
+
+static bool run_defers(struct loop *loop)
+{
+	struct loop_defer *d = loop->defer_head;
+
+	if (!d)
+		return false;
+	/* Take the list as it is now: work deferred by these callbacks runs at the
+	 * end of the next round, after that round has looked for events. */
+	loop->defer_head = NULL;
+	loop->defer_tail = &loop->defer_head;
+	while (d) {
+		struct loop_defer *next = d->next;
+
+		d->cb(d);
+		d = next;
+	}
+	return true;
+}
+
+void loop_request_flush(struct loop *loop, struct loop_flush *f)
+{
+	if (f->queued)
+		return;
+	f->queued = true;
+	f->next = loop->flush_head;
+	loop->flush_head = f;
+}
+
+static void run_flushes(struct loop *loop)
+{
+	while (loop->flush_head) {
+		struct loop_flush *f = loop->flush_head;
+
+		loop->flush_head = f->next;
+		f->queued = false;
+		f->cb(f);
+	}
+}
+
+/* ---- timers: binary min-heap on deadline --------------------------------- */
+
+static void heap_set(struct loop *loop, unsigned i, struct loop_timer *t)
+{
+	loop->heap[i] = t;
+	t->heap_idx = i;
+}
+
+static void heap_up(struct loop *loop, unsigned i)
+{
+	struct loop_timer *t = loop->heap[i];
+
+	while (i > 1 && loop->heap[i / 2]->deadline_ns > t->deadline_ns) {
+		heap_set(loop, i, loop->heap[i / 2]);
+		i /= 2;
+	}
+	heap_set(loop, i, t);
+}
+
+static void heap_down(struct loop *loop, unsigned i)
+{
+	struct loop_timer *t = loop->heap[i];
+	unsigned n = loop->heap_n;
+
+	for (;;) {
+		unsigned c = 2 * i;
+
+		if (c > n)
+			break;
+		if (c + 1 <= n && loop->heap[c + 1]->deadline_ns < loop->heap[c]->deadline_ns)
+			c++;
+		if (loop->heap[c]->deadline_ns >= t->deadline_ns)
+			break;
+		heap_set(loop, i, loop->heap[c]);
+		i = c;
+	}
+	heap_set(loop, i, t);
+}
+
+static int heap_grow(struct loop *loop)
+{
+	unsigned cap = loop->heap_cap ? loop->heap_cap * 2 : 64;
+	struct loop_timer **h = realloc(loop->heap, sizeof(*h) * (cap + 1));
+
+	if (!h)
+		return -ENOMEM;
+	loop->heap = h;
+	loop->heap_cap = cap;
+	return 0;
+}
+
+void loop_timer_arm(struct loop *loop, struct loop_timer *t, uint64_t deadline_ns)
+{
+	if (t->heap_idx) {
+		uint64_t old = t->deadline_ns;
+
+		t->deadline_ns = deadline_ns;
+		if (deadline_ns < old)
+			heap_up(loop, t->heap_idx);
+		else
+			heap_down(loop, t->heap_idx);
+		return;
+	}
+	if (loop->heap_n == loop->heap_cap && heap_grow(loop) < 0) {
+		/* Out of memory for a timer slot: an invariant we cannot keep. */
+		log_err("loop: cannot grow the timer heap");
+		abort();
+	}
+	t->deadline_ns = deadline_ns;
+	heap_set(loop, ++loop->heap_n, t);
+	heap_up(loop, loop->heap_n);
+}
+
+void loop_timer_cancel(struct loop *loop, struct loop_timer *t)
+{
+	unsigned i = t->heap_idx;
+	struct loop_timer *last;
+
+	if (!i)
+		return;
+	t->heap_idx = 0;
+	last = loop->heap[loop->heap_n--];
+	if (last == t)
+		return;
+	heap_set(loop, i, last);
+	heap_up(loop, i);
+	heap_down(loop, last->heap_idx);
+}
+
+static void run_timers(struct loop *loop)
+{
+	uint64_t now;
+
+	if (!loop->heap_n)
+		return;
+	now = loop_now_ns();
+	while (loop->heap_n && loop->heap[1]->deadline_ns <= now) {
+		struct loop_timer *t = loop->heap[1];
+
+		loop_timer_cancel(loop, t);
+		t->cb(t);
+	}
+}
+
+/* Time until the next timer: -1 when none. */
+static int64_t timer_timeout_ns(struct loop *loop)
+{
+	uint64_t now;
+
+	if (!loop->heap_n)
+		return -1;
+	now = loop_now_ns();
+	return loop->heap[1]->deadline_ns > now ? (int64_t)(loop->heap[1]->deadline_ns - now) : 0;
+}
+
+/* ---- poll handlers ------------------------------------------------------ */
+
+void loop_poll_add(struct loop *loop, struct loop_poll *p)
+{
+	p->next = loop->polls;
+	if (p->next)
+		p->next->pprev = &p->next;
+	p->pprev = &loop->polls;
+	loop->polls = p;
+	loop->npolls++;
+}
+
+void loop_poll_del(struct loop *loop, struct loop_poll *p)
+{
+	if (!p->pprev)
+		return;
+	*p->pprev = p->next;
+	if (p->next)
+		p->next->pprev = p->pprev;
+	p->pprev = NULL;
+	p->next = NULL;
+	loop->npolls--;
+}
+
+void loop_set_poll_max_ns(struct loop *loop, int64_t ns)
+{
+	loop->poll_max_ns = ns < 0 ? LOOP_POLL_MAX_NS_DEFAULT : ns;
+	if (loop->poll_ns > (uint64_t)loop->poll_max_ns)
+		loop->poll_ns = (uint64_t)loop->poll_max_ns;
+}
+
+/* ---- cross-thread messages ---------------------------------------------- */
+
+static void wake(struct loop *target)
+{
+	static const uint64_t one = 1;
+
+	/* Only when the target may be sleeping and nobody has written yet. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!atomic_load(&target->notify_me))
+		return;
+	if (atomic_exchange(&target->notified, true))
+		return;
+	atomic_fetch_add_explicit(&target->wakeups_sent, 1, memory_order_relaxed);
+	if (write(target->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_err("loop: eventfd write failed: %s", strerror(errno));
+}
+
+void loop_send(struct loop *target, struct loop_msg *m)
+{
+	struct loop_msg *old = atomic_load_explicit(&target->msg_head, memory_order_relaxed);
+
+	do {
+		m->next = old;
+	} while (!atomic_compare_exchange_weak_explicit(&target->msg_head, &old, m,
+						      memory_order_release, memory_order_relaxed));
+	if (current_loop != target)
+		wake(target);
+}
+
+void loop_stop(struct loop *loop)
+{
+	atomic_store(&loop->stop, true);
+	if (current_loop != loop)
+		wake(loop);
+}
+
+static bool msgs_pending(struct loop *loop)
+{
+	return atomic_load_explicit(&loop->msg_head, memory_order_relaxed) != NULL;
+}
+
+static bool run_msgs(struct loop *loop)
+{
+	struct loop_msg *m, *rev = NULL;
+
+	if (!msgs_pending(loop))
+		return false;
+	m = atomic_exchange_explicit(&loop->msg_head, NULL, memory_order_acquire);
+	while (m) { /* the stack is newest-first: reverse for FIFO */
+		struct loop_msg *next = m->next;
+
+		m->next = rev;
+		rev = m;
+		m = next;
+	}
+	while (rev) {
+		struct loop_msg *next = rev->next;
+
+		loop->stats.msgs++;
+		rev->cb(rev);
+		rev = next;
+	}
+	return true;
+}
+
+static void efd_cb(struct loop_fd *h, uint32_t revents)
+{
+	struct loop *loop = h->loop;
+	uint64_t v;
+
+	(void)revents;
+	/* Read first, then clear `notified`: a sender that sees it still set has
+	 * pushed its message before we run the messages of this round. */
+	if (read(loop->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_err("loop: eventfd read failed: %s", strerror(errno));
+	atomic_store(&loop->notified, false);
+}
+
+/* ---- fds ---------------------------------------------------------------- */
+
+uint64_t loop_fd_tag(struct loop *loop, struct loop_fd *h)
+{
+	(void)loop;
+	return h->gen;
+}
+
+static int slot_alloc(struct loop *loop, struct loop_fd *h)
+{
+	unsigned i;
+
+	for (i = loop->free_slot_hint; i < loop->nslots; i++)
+		if (!loop->slots[i].h)
+			goto found;
+	if (loop->nslots == loop->slots_cap) {
+		unsigned cap = loop->slots_cap ? loop->slots_cap * 2 : 16;
+		struct fd_slot *s = realloc(loop->slots, sizeof(*s) * cap);
+
+		if (!s)
+			return -ENOMEM;
+		memset(s + loop->slots_cap, 0, sizeof(*s) * (cap - loop->slots_cap));
+		loop->slots = s;
+		loop->slots_cap = cap;
+	}
+	i = loop->nslots++;
+found:
+	loop->slots[i].h = h;
+	loop->free_slot_hint = i + 1;
+	h->gen = ((uint64_t)i << 32) | ((uint64_t)(loop->slots[i].gen & 0x3fffffff) << 2) | TAG_FD;
+	return 0;
+}
+
+static void slot_free(struct loop *loop, struct loop_fd *h)
+{
+	unsigned i = (unsigned)(h->gen >> 32);
+
+	loop->slots[i].h = NULL;
+	loop->slots[i].gen++;
+	if (i < loop->free_slot_hint)
+		loop->free_slot_hint = i;
+}
+
+int loop_fd_add(struct loop *loop, struct loop_fd *h)
+{
+	int ret;
+
+	h->loop = loop;
+	ret = slot_alloc(loop, h);
+	if (ret < 0)
+		return ret;
+	h->armed = true;
+	if (loop->backend == LOOP_BACKEND_URING)
+		ret = loop_uring_fd_arm(loop, h);
+	else
+		ret = loop_epoll_fd_arm(loop, h, false);
+	if (ret < 0) {
+		h->armed = false;
+		slot_free(loop, h);
+	}
+	return ret;
+}
+
+int loop_fd_modify(struct loop *loop, struct loop_fd *h, uint32_t events)
+{
+	uint64_t old = h->gen;
+
+	h->events = events;
+	if (loop->backend == LOOP_BACKEND_EPOLL)
+		return loop_epoll_fd_arm(loop, h, true);
+	/* io_uring: cancel the pending poll and arm a new one under a new tag. */
+	slot_free(loop, h);
+	if (slot_alloc(loop, h) < 0)
+		return -ENOMEM;
+	loop_uring_fd_disarm(loop, h, old);
+	return loop_uring_fd_arm(loop, h);
+}
+
+void loop_fd_del(struct loop *loop, struct loop_fd *h)
+{
+	uint64_t old = h->gen;
+
+	if (!h->armed)
+		return;
+	h->armed = false;
+	slot_free(loop, h);
+	if (loop->backend == LOOP_BACKEND_URING)
+		loop_uring_fd_disarm(loop, h, old);
+	else
+		loop_epoll_fd_disarm(loop, h);
+}
+
+/* Called by the backends with the tag they stored. Stale tags (fd deleted or
+ * modified since) are dropped. */
+void loop_dispatch_fd(struct loop *loop, uint64_t tag, uint32_t revents)
+{
+	unsigned i = (unsigned)(tag >> 32);
+	struct loop_fd *h;
+
+	if (i >= loop->nslots)
+		return;
+	h = loop->slots[i].h;
+	if (!h || h->gen != tag)
+		return;
+	h->cb(h, revents);
+	/* io_uring polls are one-shot: re-arm if the handler is still there
+	 * (this keeps epoll's level-triggered meaning). */
+	if (loop->backend == LOOP_BACKEND_URING && loop->slots[i].h == h && h->gen == tag)
+		loop_uring_fd_arm(loop, h);
+}
+
+/* ---- io_uring for I/O engines ------------------------------------------- */
+
+struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!loop->have_ring)
+		return NULL;
+	sqe = io_uring_get_sqe(&loop->ring);
+	if (!sqe) {
+		loop_ring_submit(loop);
+		sqe = io_uring_get_sqe(&loop->ring);
+		if (!sqe)
+			return NULL;
+	}
+	loop->ops_inflight++;
+	return sqe;
+}
+
+/* Dispatch every CQE that is ready, without a system call. */
+bool loop_reap_cqes(struct loop *loop)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+
+	if (!loop->have_ring)
+		return false;
+	io_uring_for_each_cqe(&loop->ring, head, cqe) {
+		uint64_t ud = cqe->user_data;
+		int res = cqe->res;
+		uint32_t flags = cqe->flags;
+
+		/* Mark it seen before the callback so that a callback may submit. */
+		io_uring_cq_advance(&loop->ring, 1);
+		n++;
+		switch (ud & TAG_MASK) {
+		case TAG_OP: {
+			struct loop_uring_op *op = (struct loop_uring_op *)(uintptr_t)ud;
+
+			loop->ops_inflight--;
+			op->cb(op, res, flags);
+			break;
+		}
+		case TAG_FD:
+			loop_dispatch_fd(loop, ud, res < 0 ? EPOLLERR : (uint32_t)res);
+			break;
+		default:
+			break;
+		}
+	}
+	return n > 0;
+}
+
+/* ---- the round ---------------------------------------------------------- */
+
+static bool poll_once(struct loop *loop)
+{
+	struct loop_poll *p, *next;
+	bool progress = false;
+
+	for (p = loop->polls; p; p = next) {
+		next = p->next;
+		progress |= p->poll(p);
+	}
+	if (loop->have_ring && io_uring_cq_ready(&loop->ring))
+		progress |= loop_reap_cqes(loop);
+	return progress || msgs_pending(loop) || loop->defer_head || atomic_load(&loop->stop);
+}
+
+/* Busy-poll for up to poll_ns. Returns true when something was found. */
+static bool busy_poll(struct loop *loop, uint64_t start)
+{
+	uint64_t deadline = start + loop->poll_ns;
+
+	/* Polling past the next timer would only delay it. */
+	if (loop->heap_n && loop->heap[1]->deadline_ns < deadline)
+		deadline = loop->heap[1]->deadline_ns;
+
+	/* The I/O queued this round must be in the kernel before we spin on it. */
+	if (loop->have_ring && io_uring_sq_ready(&loop->ring))
+		loop_ring_submit(loop);
+	do {
+		if (poll_once(loop)) {
+			loop->stats.poll_hits++;
+			return true;
+		}
+	} while (loop_now_ns() < deadline);
+	loop->stats.poll_misses++;
+	return false;
+}
+
+/* Grow when the event came just after polling stopped; shrink when polling
+ * was wasted on a long sleep. */
+static void adapt_poll(struct loop *loop, uint64_t block_ns)
+{
+	uint64_t max = (uint64_t)loop->poll_max_ns;
+
+	if (block_ns <= loop->poll_ns)
+		return;
+	if (block_ns > max) {
+		loop->poll_ns /= 2;
+		if (loop->poll_ns < 1000)
+			loop->poll_ns = 0;
+	} else if (loop->poll_ns < max) {
+		loop->poll_ns = loop->poll_ns ? loop->poll_ns * 2 : 4000;
+		if (loop->poll_ns > max)
+			loop->poll_ns = max;
+	}
+}
+
+static void backend_wait(struct loop *loop, int64_t timeout_ns)
+{
+	if (loop->backend == LOOP_BACKEND_URING)
+		loop_uring_wait(loop, timeout_ns);
+	else
+		loop_epoll_wait(loop, timeout_ns);
+}
+
+static void wait_blocking(struct loop *loop)
+{
+	bool can_poll = loop->poll_max_ns > 0 && (loop->npolls || loop->ops_inflight);
+	uint64_t start = 0;
+	int64_t timeout;
+
+	if (can_poll) {
+		start = loop_now_ns();
+		if (loop->poll_ns && busy_poll(loop, start))
+			return;
+	}
+	/* From here until notify_me is cleared, senders may write the eventfd
+	 * (once: `notified`); count this window as a sleep. */
+	loop->stats.sleeps++;
+	atomic_store(&loop->notify_me, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (msgs_pending(loop) || atomic_load(&loop->stop)) {
+		atomic_store(&loop->notify_me, 0);
+		backend_wait(loop, 0);
+		return;
+	}
+	timeout = timer_timeout_ns(loop);
+	backend_wait(loop, timeout);
+	atomic_store(&loop->notify_me, 0);
+	if (can_poll)
+		adapt_poll(loop, loop_now_ns() - start);
+}
+
+static void wait_nonblocking(struct loop *loop, bool busy)
+{
+	if (loop->backend == LOOP_BACKEND_URING) {
+		/* Submitting is a system call only when something is queued. */
+		if (io_uring_sq_ready(&loop->ring))
+			loop_ring_submit(loop);
+		loop_reap_cqes(loop);
+		return;
+	}
+	if (loop->have_ring && io_uring_sq_ready(&loop->ring))
+		loop_ring_submit(loop);
+	loop_reap_cqes(loop);
+	if (!busy || ++loop->busy_rounds >= BUSY_FD_CHECK_ROUNDS) {
+		loop->busy_rounds = 0;
+		loop_epoll_wait(loop, 0);
+	}
+}
+
+void loop_run_once(struct loop *loop, bool blocking)
+{
+	struct loop *saved = current_loop;
+
+	current_loop = loop;
+	loop->stats.rounds++;
+	/* Hooks requested between rounds (a submission from outside any
+	 * callback) must reach the kernel before we wait on it. */
+	if (loop->flush_head)
+		run_flushes(loop);
+	if (blocking && !loop->defer_head && !atomic_load(&loop->stop)) {
+		loop->busy_rounds = 0;
+		wait_blocking(loop);
+	} else {
+		wait_nonblocking(loop, blocking);
+	}
+	run_timers(loop);
+	run_msgs(loop);
+	run_defers(loop);
+	run_flushes(loop);
+	current_loop = saved;
+}
+
+void loop_run(struct loop *loop)
+{
+	while (!atomic_load(&loop->stop))
+		loop_run_once(loop, true);
+}
+
+void loop_get_stats(const struct loop *loop, struct loop_stats *out)
+{
+	*out = loop->stats;
+	out->wakeups_sent = atomic_load(&loop->wakeups_sent);
+	out->poll_ns = loop->poll_ns;
+}

@@ -1,0 +1,158 @@
+/* Per-thread event loop: fd handlers, poll handlers (adaptive polling), timers,
+ * deferred completions and cross-thread messages.
+ *
+ * Threading: a struct loop is owned by the one thread that runs it. Every
+ * function here must be called from that thread, except loop_send() and
+ * loop_stop(), which any thread may call. */
+#ifndef IOPLANE_LOOP_H
+#define IOPLANE_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct loop;
+struct io_uring;
+struct io_uring_sqe;
+
+enum loop_backend {
+	LOOP_BACKEND_AUTO = 0, /* io_uring when it works, else epoll */
+	LOOP_BACKEND_URING,
+	LOOP_BACKEND_EPOLL,
+};
+
+#define LOOP_POLL_MAX_NS_DEFAULT 32768
+
+struct loop_opts {
+	enum loop_backend backend; /* AUTO: honour $IOPLANE_LOOP_BACKEND=uring|epoll */
+	int64_t poll_max_ns;       /* <0: default (32768 or $IOPLANE_POLL_MAX_NS); 0: off */
+	unsigned uring_entries;    /* 0: default (256) */
+};
+
+/* Deferred work: runs at the end of the current dispatch round, on the same
+ * thread, in FIFO order, with no system call. Items queued while the list is
+ * being run go to the next round. */
+struct loop_defer {
+	struct loop_defer *next;
+	void (*cb)(struct loop_defer *d);
+};
+
+/* Cross-thread message. Pushed onto the target's lock-free queue; runs on the
+ * target thread. The sender must not touch it after loop_send(). */
+struct loop_msg {
+	struct loop_msg *next;
+	void (*cb)(struct loop_msg *m);
+};
+
+/* Timer: a one-shot deadline on CLOCK_MONOTONIC. Re-arm from the callback for
+ * periodic work. */
+struct loop_timer {
+	uint64_t deadline_ns;
+	unsigned heap_idx; /* 0 = not armed */
+	void (*cb)(struct loop_timer *t);
+};
+
+/* File descriptor handler. events: EPOLLIN/EPOLLOUT bits (same values as
+ * POLLIN/POLLOUT). The callback gets the ready events (EPOLLERR/EPOLLHUP too). */
+struct loop_fd {
+	int fd;
+	uint32_t events;
+	void (*cb)(struct loop_fd *h, uint32_t revents);
+	/* private to the loop */
+	struct loop *loop;
+	uint64_t gen;
+	bool armed;
+};
+
+/* Poll handler: called repeatedly while the loop busy-polls before sleeping.
+ * Returns true when it found and handled work. */
+struct loop_poll {
+	bool (*poll)(struct loop_poll *p);
+	struct loop_poll *next; /* private */
+	struct loop_poll **pprev;
+};
+
+/* Flush hook: called once at the end of a round in which it was requested
+ * (loop_request_flush), before the loop polls or sleeps. I/O engines submit
+ * the round's batch here (io_submit). */
+struct loop_flush {
+	struct loop_flush *next;
+	void (*cb)(struct loop_flush *f);
+	bool queued;
+};
+
+/* io_uring completion target: sqe->user_data points at one of these. */
+struct loop_uring_op {
+	void (*cb)(struct loop_uring_op *op, int res, uint32_t cqe_flags);
+};
+
+struct loop_stats {
+	uint64_t rounds;
+	uint64_t submits;        /* io_uring_enter calls made by the loop (submit and/or wait) */
+	uint64_t sleeps;         /* times the loop announced it may sleep */
+	uint64_t wakeups_sent;   /* eventfd writes made by senders to this loop */
+	uint64_t msgs;           /* messages run */
+	uint64_t poll_hits;      /* polling phases that found work */
+	uint64_t poll_misses;
+	uint64_t poll_ns;        /* current adaptive poll time */
+};
+
+int loop_new(const struct loop_opts *opts, struct loop **out);
+void loop_free(struct loop *loop);
+
+/* The calling thread's loop (NULL if none has been bound). */
+struct loop *loop_current(void);
+void loop_bind_current(struct loop *loop);
+
+enum loop_backend loop_backend(const struct loop *loop);
+const char *loop_backend_name(const struct loop *loop);
+
+/* Run one dispatch round; block for events when `blocking`. */
+void loop_run_once(struct loop *loop, bool blocking);
+/* Run until loop_stop() is called (any thread). */
+void loop_run(struct loop *loop);
+void loop_stop(struct loop *loop);
+bool loop_stopping(const struct loop *loop);
+
+void loop_defer(struct loop *loop, struct loop_defer *d);
+
+/* Any thread. Wakes the target (eventfd) only when it may be sleeping and the
+ * caller is not its thread. */
+void loop_send(struct loop *target, struct loop_msg *m);
+
+void loop_timer_arm(struct loop *loop, struct loop_timer *t, uint64_t deadline_ns);
+void loop_timer_cancel(struct loop *loop, struct loop_timer *t);
+static inline bool loop_timer_armed(const struct loop_timer *t) { return t->heap_idx != 0; }
+
+int loop_fd_add(struct loop *loop, struct loop_fd *h);
+int loop_fd_modify(struct loop *loop, struct loop_fd *h, uint32_t events);
+void loop_fd_del(struct loop *loop, struct loop_fd *h);
+
+void loop_poll_add(struct loop *loop, struct loop_poll *p);
+void loop_poll_del(struct loop *loop, struct loop_poll *p);
+void loop_set_poll_max_ns(struct loop *loop, int64_t ns);
+
+void loop_request_flush(struct loop *loop, struct loop_flush *f);
+
+/* The loop's io_uring, used by I/O engines. With the uring backend it is also
+ * the fd monitor, and its submission happens in the same io_uring_enter that
+ * waits. With the epoll backend the loop owns a ring that is watched through
+ * epoll. NULL when io_uring is unavailable. */
+struct io_uring *loop_uring(struct loop *loop);
+/* A free SQE (submitting queued ones first if the SQ is full); NULL only if
+ * io_uring is unavailable. The loop submits queued SQEs at the end of the round. */
+struct io_uring_sqe *loop_uring_sqe(struct loop *loop);
+
+uint64_t loop_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* One pointer of per-loop state for the thread pool (thread-pool.c owns it;
+ * loop_free() calls tp_loop_cleanup()). */
+void *loop_tp_state(struct loop *loop);
+void loop_set_tp_state(struct loop *loop, void *state);
+void loop_get_stats(const struct loop *loop, struct loop_stats *out);
+
+/* Number used to index per-thread state (0 .. LOOP_MAX_THREADS-1), stable
+ * for the loop's life. */
+#define LOOP_MAX_THREADS 128
+unsigned loop_index(const struct loop *loop);
+
+#endif

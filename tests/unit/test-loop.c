@@ -1,0 +1,457 @@
+/* Unit tests of the event loop core: deferred work, fd handlers, poll handlers,
+ * flush hooks, adaptive polling, io_uring ops and backend selection. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <liburing.h>
+
+#include "loop/loop.h"
+
+static struct loop *new_loop(int64_t poll_max_ns)
+{
+	struct loop_opts o = {.backend = LOOP_BACKEND_AUTO, .poll_max_ns = poll_max_ns};
+	struct loop *loop;
+
+	assert_int_equal(loop_new(&o, &loop), 0);
+	loop_bind_current(loop);
+	return loop;
+}
+
+/* ---- deferred work ---- */
+
+struct dtest {
+	struct loop_defer d;
+	struct loop *loop;
+	int *order;
+	int *n;
+	int id;
+	int requeue;
+};
+
+static void dtest_cb(struct loop_defer *d)
+{
+	struct dtest *t = (struct dtest *)d;
+
+	t->order[(*t->n)++] = t->id;
+	if (t->requeue) {
+		t->requeue--;
+		loop_defer(t->loop, &t->d);
+	}
+}
+
+static void test_defer_fifo_and_next_round(void **state)
+{
+	struct loop *loop = new_loop(0);
+	int order[16], n = 0;
+	struct dtest t[3];
+	int i;
+
+	(void)state;
+	for (i = 0; i < 3; i++) {
+		t[i] = (struct dtest){.d.cb = dtest_cb, .loop = loop, .order = order, .n = &n,
+				      .id = i};
+		loop_defer(loop, &t[i].d);
+	}
+	t[1].requeue = 1;
+	/* Nothing runs until a round ends. */
+	assert_int_equal(n, 0);
+	/* Pending deferred work means the round must not block. */
+	loop_run_once(loop, true);
+	assert_int_equal(n, 3);
+	assert_int_equal(order[0], 0);
+	assert_int_equal(order[1], 1);
+	assert_int_equal(order[2], 2);
+	/* Work deferred from a deferred callback runs in the next round. */
+	loop_run_once(loop, true);
+	assert_int_equal(n, 4);
+	assert_int_equal(order[3], 1);
+	loop_free(loop);
+}
+
+/* ---- fd handlers ---- */
+
+struct fdtest {
+	struct loop_fd h;
+	int calls;
+	uint32_t last;
+	bool drain;
+};
+
+static void fd_cb(struct loop_fd *h, uint32_t revents)
+{
+	struct fdtest *t = (struct fdtest *)h;
+	char buf[64];
+
+	t->calls++;
+	t->last = revents;
+	if (t->drain)
+		while (read(h->fd, buf, sizeof(buf)) > 0)
+			;
+}
+
+static void test_fd_readable_level_triggered(void **state)
+{
+	struct loop *loop = new_loop(0);
+	struct fdtest t = {0};
+	int p[2];
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+	t.h = (struct loop_fd){.fd = p[0], .events = EPOLLIN, .cb = fd_cb};
+	assert_int_equal(loop_fd_add(loop, &t.h), 0);
+	loop_run_once(loop, false);
+	assert_int_equal(t.calls, 0);
+	assert_int_equal(write(p[1], "x", 1), 1);
+	loop_run_once(loop, true);
+	assert_int_equal(t.calls, 1);
+	assert_true(t.last & EPOLLIN);
+	/* Not drained: level-triggered, so it fires again. */
+	loop_run_once(loop, true);
+	assert_int_equal(t.calls, 2);
+	t.drain = true;
+	loop_run_once(loop, true);
+	assert_int_equal(t.calls, 3);
+	loop_run_once(loop, false);
+	loop_run_once(loop, false);
+	assert_int_equal(t.calls, 3);
+	/* After deletion nothing fires, even with data pending. */
+	assert_int_equal(write(p[1], "y", 1), 1);
+	loop_fd_del(loop, &t.h);
+	loop_run_once(loop, false);
+	loop_run_once(loop, false);
+	assert_int_equal(t.calls, 3);
+	close(p[0]);
+	close(p[1]);
+	loop_free(loop);
+}
+
+static void test_fd_modify_writable(void **state)
+{
+	struct loop *loop = new_loop(0);
+	struct fdtest t = {0};
+	int p[2];
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+	t.h = (struct loop_fd){.fd = p[1], .events = EPOLLIN, .cb = fd_cb};
+	assert_int_equal(loop_fd_add(loop, &t.h), 0);
+	loop_run_once(loop, false);
+	loop_run_once(loop, false);
+	assert_int_equal(t.calls, 0);
+	assert_int_equal(loop_fd_modify(loop, &t.h, EPOLLOUT), 0);
+	loop_run_once(loop, true);
+	assert_true(t.calls >= 1);
+	assert_true(t.last & EPOLLOUT);
+	loop_fd_del(loop, &t.h);
+	close(p[0]);
+	close(p[1]);
+	loop_free(loop);
+}
+
+/* Many fds added and removed: slots are reused and stale events dropped. */
+static void test_fd_many(void **state)
+{
+	struct loop *loop = new_loop(0);
+	enum { N = 100 };
+	static struct fdtest t[N];
+	static int p[N][2];
+	int i, total = 0;
+
+	(void)state;
+	for (i = 0; i < N; i++) {
+		assert_int_equal(pipe2(p[i], O_NONBLOCK | O_CLOEXEC), 0);
+		t[i] = (struct fdtest){.h = {.fd = p[i][0], .events = EPOLLIN, .cb = fd_cb},
+				       .drain = true};
+		assert_int_equal(loop_fd_add(loop, &t[i].h), 0);
+	}
+	for (i = 0; i < N; i += 2)
+		loop_fd_del(loop, &t[i].h);
+	for (i = 0; i < N; i++)
+		assert_int_equal(write(p[i][1], "z", 1), 1);
+	for (i = 0; i < 10; i++)
+		loop_run_once(loop, false);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(t[i].calls, i % 2 ? 1 : 0);
+		total += t[i].calls;
+	}
+	assert_int_equal(total, N / 2);
+	for (i = 0; i < N; i++) {
+		if (i % 2)
+			loop_fd_del(loop, &t[i].h);
+		close(p[i][0]);
+		close(p[i][1]);
+	}
+	loop_free(loop);
+}
+
+/* ---- flush hooks ---- */
+
+struct ftest {
+	struct loop_flush f;
+	int calls;
+};
+
+static void flush_cb(struct loop_flush *f)
+{
+	((struct ftest *)f)->calls++;
+}
+
+struct fdefer {
+	struct loop_defer d;
+	struct loop *loop;
+	struct ftest *ft;
+};
+
+static void defer_requests_flush(struct loop_defer *d)
+{
+	struct fdefer *x = (struct fdefer *)d;
+
+	loop_request_flush(x->loop, &x->ft->f);
+}
+
+static void test_flush_once_per_round(void **state)
+{
+	struct loop *loop = new_loop(0);
+	struct ftest ft = {.f.cb = flush_cb};
+	struct fdefer x[3];
+	int i;
+
+	(void)state;
+	for (i = 0; i < 3; i++) {
+		x[i] = (struct fdefer){.d.cb = defer_requests_flush, .loop = loop, .ft = &ft};
+		loop_defer(loop, &x[i].d);
+	}
+	loop_run_once(loop, false);
+	/* Three requests in one round: one flush, after the deferred work. */
+	assert_int_equal(ft.calls, 1);
+	loop_run_once(loop, false);
+	assert_int_equal(ft.calls, 1);
+	loop_free(loop);
+}
+
+/* ---- poll handlers and adaptive polling ---- */
+
+struct ptest {
+	struct loop_poll p;
+	int calls;
+	int fire_after; /* returns true on this call number */
+	bool fired;
+};
+
+static bool poll_cb(struct loop_poll *p)
+{
+	struct ptest *t = (struct ptest *)p;
+
+	t->calls++;
+	if (t->fire_after && t->calls == t->fire_after) {
+		t->fired = true;
+		return true;
+	}
+	return false;
+}
+
+struct tick {
+	struct loop_timer t;
+	int fired;
+};
+
+static void tick_cb(struct loop_timer *t)
+{
+	((struct tick *)t)->fired++;
+}
+
+static void test_poll_off_never_polls(void **state)
+{
+	struct loop *loop = new_loop(0);
+	struct ptest pt = {.p.poll = poll_cb};
+	struct tick tk = {.t.cb = tick_cb};
+	int i;
+
+	(void)state;
+	loop_poll_add(loop, &pt.p);
+	for (i = 0; i < 5; i++) {
+		loop_timer_arm(loop, &tk.t, loop_now_ns() + 100000);
+		loop_run_once(loop, true);
+	}
+	assert_int_equal(tk.fired, 5);
+	assert_int_equal(pt.calls, 0);
+	loop_poll_del(loop, &pt.p);
+	loop_free(loop);
+}
+
+/* Events arriving a little after each sleep starts make the poll time grow;
+ * long sleeps make it shrink back. */
+static void test_poll_adapts(void **state)
+{
+	struct loop *loop = new_loop(1000000);
+	struct ptest pt = {.p.poll = poll_cb};
+	struct tick tk = {.t.cb = tick_cb};
+	struct loop_stats st;
+	uint64_t grown;
+	int i;
+
+	(void)state;
+	loop_poll_add(loop, &pt.p);
+	for (i = 0; i < 6; i++) {
+		loop_timer_arm(loop, &tk.t, loop_now_ns() + 200000); /* 200 us < max 1 ms */
+		while (loop_timer_armed(&tk.t))
+			loop_run_once(loop, true);
+	}
+	loop_get_stats(loop, &st);
+	grown = st.poll_ns;
+	assert_true(grown > 0);
+	assert_true(pt.calls > 0); /* it did poll */
+	for (i = 0; i < 8; i++) {
+		loop_timer_arm(loop, &tk.t, loop_now_ns() + 20000000); /* 20 ms > max */
+		while (loop_timer_armed(&tk.t))
+			loop_run_once(loop, true);
+	}
+	loop_get_stats(loop, &st);
+	assert_true(st.poll_ns < grown);
+	loop_poll_del(loop, &pt.p);
+	loop_free(loop);
+}
+
+/* A poll handler finding work ends the wait without sleeping. */
+static void test_poll_handler_wakes(void **state)
+{
+	struct loop *loop = new_loop(1000000000);
+	struct ptest pt = {.p.poll = poll_cb};
+	struct tick tk = {.t.cb = tick_cb};
+	struct loop_stats st;
+	int i;
+
+	(void)state;
+	loop_poll_add(loop, &pt.p);
+	/* Grow the poll time first with short timer waits. */
+	for (i = 0; i < 12; i++) {
+		loop_timer_arm(loop, &tk.t, loop_now_ns() + 100000);
+		while (loop_timer_armed(&tk.t))
+			loop_run_once(loop, true);
+	}
+	pt.calls = 0;
+	pt.fire_after = 50;
+	loop_timer_arm(loop, &tk.t, loop_now_ns() + 60ull * 1000000000); /* far away */
+	loop_get_stats(loop, &st);
+	assert_true(st.poll_ns > 0);
+	loop_run_once(loop, true);
+	assert_true(pt.fired);
+	assert_int_equal(tk.fired, 12);
+	loop_timer_cancel(loop, &tk.t);
+	loop_poll_del(loop, &pt.p);
+	loop_free(loop);
+}
+
+/* ---- io_uring ops through the loop's ring ---- */
+
+struct uop {
+	struct loop_uring_op op;
+	int res;
+	int done;
+};
+
+static void uop_cb(struct loop_uring_op *op, int res, uint32_t flags)
+{
+	struct uop *u = (struct uop *)op;
+
+	(void)flags;
+	u->res = res;
+	u->done++;
+}
+
+static void test_uring_ops_batched(void **state)
+{
+	struct loop *loop = new_loop(0);
+	enum { N = 32 };
+	struct uop u[N];
+	char buf[N][16];
+	int p[2], i, done = 0, spins = 0;
+
+	(void)state;
+	if (!loop_uring(loop)) {
+		loop_free(loop);
+		skip();
+	}
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	assert_int_equal(write(p[1], "0123456789abcdef0123456789abcdef", 32), 32);
+	for (i = 0; i < N; i++) {
+		struct io_uring_sqe *sqe = loop_uring_sqe(loop);
+
+		assert_non_null(sqe);
+		u[i] = (struct uop){.op.cb = uop_cb};
+		io_uring_prep_read(sqe, p[0], buf[i], 1, 0);
+		io_uring_sqe_set_data(sqe, &u[i].op);
+	}
+	/* Queued, not yet submitted: nothing completes before a round. */
+	for (i = 0; i < N; i++)
+		assert_int_equal(u[i].done, 0);
+	while (done < N && spins++ < 1000) {
+		loop_run_once(loop, true);
+		for (done = 0, i = 0; i < N; i++)
+			done += u[i].done;
+	}
+	assert_int_equal(done, N);
+	for (i = 0; i < N; i++)
+		assert_int_equal(u[i].res, 1);
+	close(p[0]);
+	close(p[1]);
+	loop_free(loop);
+}
+
+static void test_backend_env(void **state)
+{
+	const char *env = getenv("IOPLANE_LOOP_BACKEND");
+	struct loop *loop = new_loop(0);
+
+	(void)state;
+	if (env && !strcmp(env, "epoll"))
+		assert_int_equal(loop_backend(loop), LOOP_BACKEND_EPOLL);
+	if (env && !strcmp(env, "uring"))
+		assert_int_equal(loop_backend(loop), LOOP_BACKEND_URING);
+	assert_non_null(loop_backend_name(loop));
+	loop_free(loop);
+}
+
+static void test_forced_backends(void **state)
+{
+	struct loop_opts o = {.backend = LOOP_BACKEND_EPOLL};
+	struct loop *loop;
+
+	(void)state;
+	assert_int_equal(loop_new(&o, &loop), 0);
+	assert_int_equal(loop_backend(loop), LOOP_BACKEND_EPOLL);
+	loop_free(loop);
+	o.backend = LOOP_BACKEND_URING;
+	if (loop_new(&o, &loop) == 0) {
+		assert_int_equal(loop_backend(loop), LOOP_BACKEND_URING);
+		loop_free(loop);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defer_fifo_and_next_round),
+		cmocka_unit_test(test_fd_readable_level_triggered),
+		cmocka_unit_test(test_fd_modify_writable),
+		cmocka_unit_test(test_fd_many),
+		cmocka_unit_test(test_flush_once_per_round),
+		cmocka_unit_test(test_poll_off_never_polls),
+		cmocka_unit_test(test_poll_adapts),
+		cmocka_unit_test(test_poll_handler_wakes),
+		cmocka_unit_test(test_uring_ops_batched),
+		cmocka_unit_test(test_backend_env),
+		cmocka_unit_test(test_forced_backends),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
