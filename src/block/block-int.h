@@ -1,0 +1,89 @@
+/* Block core internals shared by block.c, align.c, stats.c and open.c; not for
+ * drivers. Threading: as block.h; a request's core state is touched only by
+ * the thread of req->loop, the overlap list only under its node's track lock. */
+#ifndef IOPLANE_BLOCK_INT_H
+#define IOPLANE_BLOCK_INT_H
+
+#include <pthread.h>
+
+#include "block/block.h"
+#include "util/clock.h"
+
+#define likely(x)			__builtin_expect(!!(x), 1)
+#define unlikely(x)			__builtin_expect(!!(x), 0)
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* req->core bits. All zero for a request on the fast path. */
+#define BLK_CORE_INTERNAL (1u << 0) /* core child request: completion goes straight to cb */
+#define BLK_CORE_TRACKED  (1u << 1) /* on the node's overlap list */
+#define BLK_CORE_SHIFTED  (1u << 2) /* offset moved by blk_forward_shift() */
+#define BLK_CORE_FUA_EMUL (1u << 3) /* flush once the write is done */
+#define BLK_CORE_OP_SAVED (1u << 4) /* op replaced (by that flush): restore saved_op */
+#define BLK_CORE_WZ_RETRY (1u << 5) /* write-zeroes: write zero buffers on -ENOTSUP */
+
+/* Overlap list of a node with align > 1, in arrival order. */
+struct blk_track {
+	pthread_mutex_t lock;
+	struct blk_request *head, *tail; /* protected by lock */
+	uint64_t waits;			 /* protected by lock: times a request had to wait */
+};
+
+/* block.c */
+/* Execute a checked request: alignment path when the node needs it, else the
+ * driver. Same contract as the driver's submit. */
+int blk_exec(struct blk_node *bs, struct blk_request *req);
+/* A request executed by blk_exec() is finished (completion context). */
+void blk_exec_done(struct blk_request *req, int ret);
+/* Make c an internal child of p (fields other than op/flags/range/iov/cb). */
+void blk_child_init(struct blk_request *c, struct blk_request *p);
+
+/* align.c */
+static inline bool blk_needs_align(const struct blk_node *bs)
+{
+	return (bs->align | bs->mem_align) > 1;
+}
+int blk_align_submit(struct blk_node *bs, struct blk_request *req);
+void blk_untrack(struct blk_request *req);
+int blk_track_init(struct blk_node *bs);
+void blk_track_free(struct blk_node *bs);
+uint64_t blk_track_waits(struct blk_node *bs); /* for tests */
+
+/* stats.c */
+struct blk_stats *blk_stats_slot(struct blk_node *bs, struct loop *loop);
+void blk_stats_free(struct blk_node *bs);
+
+static inline unsigned blk_hist_bucket(uint64_t ns)
+{
+	unsigned b = 63 - (unsigned)__builtin_clzll(ns | 1);
+
+	return b < BLK_HIST_BUCKETS ? b : BLK_HIST_BUCKETS - 1;
+}
+
+/* clock_ns_per_tick in 32.32 fixed point (set with the built-in drivers), so
+ * that the per-request conversion is one multiplication. */
+extern uint64_t blk_ns_mult;
+
+static inline uint64_t blk_ticks_to_ns(uint64_t ticks)
+{
+	return (uint64_t)(((unsigned __int128)ticks * blk_ns_mult) >> 32);
+}
+
+/* Count a finished request: a few instructions and one timestamp. */
+static inline void blk_stats_account(struct blk_request *req, int ret)
+{
+	struct blk_stats *st = req->st;
+	struct blk_op_stats *o = &st->op[req->op];
+	int64_t ticks = (int64_t)(clock_ticks() - req->start_tsc);
+	uint64_t ns = blk_ticks_to_ns(ticks > 0 ? (uint64_t)ticks : 0);
+
+	o->ops++;
+	if (likely(ret >= 0))
+		o->bytes += req->len;
+	else
+		o->errors++;
+	o->total_ns += ns;
+	o->hist[blk_hist_bucket(ns)]++;
+	st->in_flight--;
+}
+
+#endif

@@ -1,0 +1,279 @@
+/* Block layer: requests, nodes, drivers.
+ *
+ * A node is an opened image layer (format node -> protocol node through
+ * `next`). A request is submitted to a node with blk_submit(); the core checks
+ * it once (range, alignment, read-only, flags) and hands it to the driver.
+ *
+ * Async contract: blk_submit() returns 0 and later calls req->cb exactly once,
+ * never from inside blk_submit(); or it returns -errno and never calls it.
+ *
+ * Threading: a node may be used from several loops at once; each request runs
+ * on the loop that submitted it (req->loop). Per-thread driver state and
+ * statistics are indexed by loop_index(). Open/close happen on the main thread
+ * while no request is in flight. */
+#ifndef IOPLANE_BLOCK_H
+#define IOPLANE_BLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "loop/loop.h"
+
+struct blk_node;
+struct kv_opts;
+
+enum blk_op {
+	BLK_OP_READ = 0,
+	BLK_OP_WRITE,
+	BLK_OP_FLUSH,
+	BLK_OP_DISCARD,
+	BLK_OP_WRITE_ZEROES,
+	BLK_OP_BLOCK_STATUS,
+	BLK_OP__COUNT,
+};
+
+/* Request flags */
+#define BLK_F_FUA (1u << 0)         /* write/write-zeroes: durable on completion */
+#define BLK_F_MAY_UNMAP (1u << 1)   /* write-zeroes: may deallocate */
+#define BLK_F_NO_FALLBACK (1u << 2) /* write-zeroes: fail with -ENOTSUP rather than write zero buffers */
+#define BLK_F__ALL (BLK_F_FUA | BLK_F_MAY_UNMAP | BLK_F_NO_FALLBACK)
+
+/* Block-status result bits */
+#define BLK_STATUS_DATA (1u << 0)      /* range holds data (not known to be a hole) */
+#define BLK_STATUS_ZERO (1u << 1)      /* range reads as zeroes */
+#define BLK_STATUS_ALLOCATED (1u << 2) /* allocated in this layer (not from a backing file) */
+#define BLK_STATUS_OFFSET_VALID (1u << 3) /* status_offset holds the host offset of `offset` */
+
+#define BLK_DRV_CTX_SIZE 160
+
+struct blk_request {
+	/* Set by the submitter. */
+	uint8_t op;            /* enum blk_op */
+	uint32_t flags;        /* BLK_F_* */
+	uint64_t offset;       /* bytes */
+	uint64_t len;          /* bytes; read/write: must equal the iovec's total */
+	struct iovec *iov;     /* read/write only */
+	int iovcnt;
+	void (*cb)(struct blk_request *req, int ret);
+	void *opaque;
+
+	/* Result of BLK_OP_BLOCK_STATUS: the first status_len bytes (1..len) from
+	 * offset all have status `status`. */
+	uint64_t status_len;
+	uint32_t status;
+	/* With BLK_STATUS_OFFSET_VALID: where the range starts in the format
+	 * node's file (qcow2: host offset in the image or data file). */
+	uint64_t status_offset;
+
+	/* Private to the core. Drivers may read `loop`; `node` is the node the
+	 * request was submitted to (not necessarily the driver's own: use the bs
+	 * argument of submit()). */
+	struct blk_node *node;
+	struct loop *loop;
+	struct blk_stats *st;        /* node's statistics slot for `loop` */
+	uint64_t start_tsc;
+	uint64_t shift;             /* offset added by blk_forward_shift(), undone on completion */
+	int ret;
+	uint16_t core;              /* BLK_CORE_* (block-int.h); 0 on the fast path */
+	uint8_t saved_op;
+	union {
+		struct loop_defer defer; /* deferred completion */
+		struct loop_msg wake;    /* resume after waiting for an overlapping request */
+	};
+	struct blk_request *parent;  /* internal child: the request it works for */
+	void *slow;                  /* alignment slow-path state (align.c) */
+	/* Overlap tracking (align > 1 only): protected by the node's track lock. */
+	struct blk_request *track_next, *track_prev;
+	uint64_t track_lo, track_hi;
+	bool serialising, waiting;
+
+	/* Per-request driver context, inline (no allocation per request). Used by
+	 * the protocol driver that finally executes the request; format drivers
+	 * that need their own state use child requests. */
+	union {
+		unsigned char bytes[BLK_DRV_CTX_SIZE];
+		uint64_t u64;
+		void *ptr;
+	} drv;
+};
+
+struct blk_driver {
+	const char *name;
+	bool is_format; /* sits on a `next` node */
+	/* Parse options, open, fill bs->size, bs->align etc. Return 0/-errno and
+	 * put a human message into err. */
+	int (*open)(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen);
+	void (*close)(struct blk_node *bs);
+	/* Called by the core after validation; same async contract as blk_submit.
+	 * Finish with blk_complete() or blk_complete_deferred(); use bs (not
+	 * req->node) and req->loop. Requests are aligned (align, mem_align);
+	 * write-zeroes may fail with -ENOTSUP: the core then writes zeroes unless
+	 * NO_FALLBACK. The core may resubmit a finished request (FUA flush). */
+	int (*submit)(struct blk_node *bs, struct blk_request *req);
+	int (*truncate)(struct blk_node *bs, uint64_t size); /* synchronous, main thread */
+	/* Release per-thread state for a loop that is going away. */
+	void (*detach_loop)(struct blk_node *bs, struct loop *loop);
+	/* Capability probes (NULL = false), asked once at open (bs->has_*). */
+	bool (*can_discard)(struct blk_node *bs);
+	bool (*can_write_zeroes)(struct blk_node *bs);
+	bool (*can_fua)(struct blk_node *bs);         /* false: core emulates with a flush */
+	bool (*can_block_status)(struct blk_node *bs);
+	bool (*can_multi_conn)(struct blk_node *bs);  /* flush covers all threads' writes */
+};
+
+#define BLK_HIST_BUCKETS 40 /* log2 of latency in ns */
+
+/* ops: completed requests, errors: those that failed, bytes: of the others. */
+struct blk_op_stats {
+	uint64_t ops, bytes, errors, total_ns;
+	uint64_t hist[BLK_HIST_BUCKETS]; /* bucket i: latency in [2^i, 2^(i+1)) ns */
+};
+
+struct blk_stats {
+	struct blk_op_stats op[BLK_OP__COUNT];
+	uint64_t in_flight;
+};
+
+struct blk_node {
+	const struct blk_driver *drv;
+	struct blk_node *next;   /* child (format -> protocol) */
+	char *name;
+	void *opaque;            /* driver state */
+	uint64_t size;           /* bytes */
+	/* The core only hands the driver requests whose offset, length and
+	 * iovec segment lengths are multiples of align and whose buffer
+	 * addresses are multiples of mem_align (Linux O_DIRECT rules). */
+	uint32_t align;          /* request alignment: offset and length (>= 1) */
+	uint32_t mem_align;      /* buffer address alignment (>= 1) */
+	uint32_t max_transfer;   /* 0: unlimited; advisory, the core does not split */
+	bool read_only;
+	bool discard_ignore;     /* discard=ignore: succeed without doing anything */
+	/* Capabilities, cached by blk_open() from the driver's probes. */
+	bool has_fua, has_discard, has_write_zeroes, has_block_status;
+
+	/* Per-thread state, indexed by loop_index(); each slot is owned by that
+	 * loop's thread. Statistics count requests submitted to this node only
+	 * (a request forwarded from a format node is counted there). The driver's
+	 * close() frees its thread_state slots. */
+	struct blk_stats *stats[LOOP_MAX_THREADS];
+	void *thread_state[LOOP_MAX_THREADS];
+
+	/* Overlap tracking for the alignment slow path (only when align > 1).
+	 * Protected by track_lock. */
+	void *track; /* struct blk_track, private to block.c */
+};
+
+/* Built-in drivers (one file each). */
+extern const struct blk_driver blk_drv_null;
+extern const struct blk_driver blk_drv_raw;
+extern const struct blk_driver blk_drv_file;
+
+/* Register drivers (start-up, main thread). The built-in list is registered
+ * once however often this is called; blk_open() calls it. */
+void blk_register_builtin_drivers(void);
+/* Add a driver (tests, plug-ins): -EEXIST if the name is taken, -ENOSPC. */
+int blk_register_driver(const struct blk_driver *drv);
+const struct blk_driver *blk_find_driver(const char *name);
+
+/* Open a node stack from options:
+ *   driver=file,filename=PATH[,cache=none|writeback][,aio=io_uring|native|threads]
+ *   driver=null,size=SIZE[,read-zeroes=on][,latency-ns=NS][,mode=timer|threads]
+ *   format=raw|...: a format node on top of the protocol node ([,offset=..,size=..])
+ *   read-only=on, discard=unmap|ignore, request-alignment=N (testing)
+ * Options not consumed by anyone are an error. */
+int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errlen);
+/* Open a TARGET as `ioplane bench`/`img` take it: a path, or
+ * "null:size=SIZE[,...]" ; fmt may be NULL (raw). extra: more options (may be NULL). */
+int blk_open_target(const char *target, const char *fmt, const char *extra,
+                    struct blk_node **out, char *err, size_t errlen);
+/* Close the whole stack (bs and its `next` chain). Format drivers' close()
+ * must not close `next`. */
+void blk_close(struct blk_node *bs);
+/* Tell every driver in the stack that `loop` is going away (detach_loop). */
+void blk_detach_loop(struct blk_node *bs, struct loop *loop);
+
+/* Submit from a loop thread. Checks, each failing with -errno and no callback:
+ *   op unknown or a flag not allowed for it (FUA: write, write-zeroes;
+ *   MAY_UNMAP, NO_FALLBACK: write-zeroes) -> -EINVAL; offset+len overflows or
+ *   passes the end -> -EINVAL; read/write whose iovec total != len -> -EINVAL;
+ *   write, discard, write-zeroes on a read-only node -> -EROFS; block-status
+ *   with len 0 or offset >= size -> -EINVAL (len past the end is clamped, in
+ *   place); write-zeroes + NO_FALLBACK on a node that cannot -> -ENOTSUP.
+ * Zero-length read/write/discard/write-zeroes, discard on a node that cannot
+ * or with discard=ignore: success without the driver. The core emulates FUA
+ * (write, then flush), write-zeroes (zero-buffer writes, also when the driver
+ * fails one with -ENOTSUP) and block-status (DATA|ALLOCATED), and handles
+ * alignment (align, mem_align) with bounce buffers and read-modify-write.
+ * The submitter owns the request until its callback; offset, len (except the
+ * block-status clamp), iov and flags are as submitted when it runs. */
+int blk_submit(struct blk_node *bs, struct blk_request *req);
+
+/* For drivers: finish a request from a completion context (never from inside
+ * the submit call); the driver must not touch req afterwards ... */
+void blk_complete(struct blk_request *req, int ret);
+/* ... or from inside the submit call: completion is deferred to the end of
+ * the current round. */
+void blk_complete_deferred(struct blk_request *req, int ret);
+
+/* Forward a request to bs->next without re-validation (format drivers). */
+static inline int blk_forward(struct blk_node *bs, struct blk_request *req)
+{
+	return bs->next->drv->submit(bs->next, req);
+}
+/* Same, with req->offset moved up by delta for the child; the core moves it
+ * back before the submitter's callback runs. */
+int blk_forward_shift(struct blk_node *bs, struct blk_request *req, uint64_t delta);
+
+/* The request owning a driver context (req->drv.bytes). */
+static inline struct blk_request *blk_req_from_drv(void *ctx)
+{
+	return (struct blk_request *)((char *)ctx - offsetof(struct blk_request, drv));
+}
+
+static inline uint64_t blk_size(const struct blk_node *bs) { return bs->size; }
+bool blk_can_discard(struct blk_node *bs);      /* discard really deallocates */
+bool blk_can_write_zeroes(struct blk_node *bs); /* without writing zero buffers */
+bool blk_can_fua(struct blk_node *bs);          /* without a flush */
+bool blk_can_multi_conn(struct blk_node *bs);
+/* Synchronous, main thread, no request in flight. -EROFS, -ENOTSUP. */
+int blk_truncate(struct blk_node *bs, uint64_t size);
+
+/* Sum the per-thread statistics. */
+void blk_get_stats(const struct blk_node *bs, struct blk_stats *out);
+const char *blk_op_name(enum blk_op op);
+
+/* Per-thread driver state helper: returns bs->thread_state[idx] creating it
+ * with ctor on first use (NULL on failure). */
+void *blk_thread_state(struct blk_node *bs, struct loop *loop,
+                       void *(*ctor)(struct blk_node *bs, struct loop *loop));
+
+/* Synchronous helpers for tools and tests: run the current loop until the
+ * request completes. Must be called from a loop thread, outside a callback. */
+int blk_pread(struct blk_node *bs, uint64_t offset, void *buf, uint64_t len);
+int blk_pwrite(struct blk_node *bs, uint64_t offset, const void *buf, uint64_t len, uint32_t flags);
+int blk_flush_sync(struct blk_node *bs);
+int blk_do_sync(struct blk_node *bs, struct blk_request *req);
+
+/* Aligned buffer allocation (free with free()). */
+void *blk_alloc_buf(struct blk_node *bs, size_t len);
+
+/* Request pool: a free list owned by one thread. */
+struct blk_req_pool {
+	struct blk_request *reqs;
+	void **free_list;
+	unsigned n, nfree;
+};
+int blk_req_pool_init(struct blk_req_pool *p, unsigned n);
+void blk_req_pool_destroy(struct blk_req_pool *p);
+static inline struct blk_request *blk_req_get(struct blk_req_pool *p)
+{
+	return p->nfree ? (struct blk_request *)p->free_list[--p->nfree] : NULL;
+}
+static inline void blk_req_put(struct blk_req_pool *p, struct blk_request *r)
+{
+	p->free_list[p->nfree++] = r;
+}
+
+#endif

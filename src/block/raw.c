@@ -1,0 +1,136 @@
+/* raw format driver: the child's bytes as they are, optionally a window
+ * (offset=, size=) of them. Requests pass straight through with the offset
+ * moved by the window start.
+ *
+ * Threading: the window is read-only after open; no per-request state. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "block/block.h"
+#include "util/opts.h"
+
+struct raw_state {
+	uint64_t offset;
+	bool window; /* offset or size restrict the child */
+};
+
+static int raw_window(struct blk_node *bs, uint64_t off, uint64_t size, bool has_size, char *err,
+		      size_t errlen)
+{
+	const struct blk_node *child = bs->next;
+	uint64_t al = child->align;
+
+	if (off > child->size) {
+		snprintf(err, errlen, "raw: offset %llu is past the end of the child (%llu)",
+			 (unsigned long long)off, (unsigned long long)child->size);
+		return -EINVAL;
+	}
+	if (!has_size)
+		size = child->size - off;
+	if (size > child->size - off) {
+		snprintf(err, errlen, "raw: window %llu+%llu does not fit in the child (%llu)",
+			 (unsigned long long)off, (unsigned long long)size,
+			 (unsigned long long)child->size);
+		return -EINVAL;
+	}
+	if ((off | (has_size ? size : 0)) & (al - 1)) {
+		snprintf(err, errlen, "raw: offset and size must be multiples of %llu",
+			 (unsigned long long)al);
+		return -EINVAL;
+	}
+	bs->size = size;
+	return 0;
+}
+
+static int raw_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
+{
+	struct raw_state *s;
+	uint64_t off = 0, size = 0;
+	bool has_size = kv_get(opts, "size") != NULL;
+	int ret;
+
+	if (kv_get_size(opts, "offset", &off) || kv_get_size(opts, "size", &size)) {
+		snprintf(err, errlen, "raw: bad offset or size");
+		return -EINVAL;
+	}
+	ret = raw_window(bs, off, size, has_size, err, errlen);
+	if (ret)
+		return ret;
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	s->offset = off;
+	s->window = off != 0 || bs->size != bs->next->size;
+	bs->opaque = s;
+	bs->align = bs->next->align;
+	bs->mem_align = bs->next->mem_align;
+	bs->max_transfer = bs->next->max_transfer;
+	return 0;
+}
+
+static void raw_close(struct blk_node *bs)
+{
+	free(bs->opaque);
+	bs->opaque = NULL;
+}
+
+static int raw_submit(struct blk_node *bs, struct blk_request *req)
+{
+	const struct raw_state *s = bs->opaque;
+
+	if (!s->offset)
+		return blk_forward(bs, req);
+	return blk_forward_shift(bs, req, s->offset);
+}
+
+/* Only the whole child can grow or shrink. */
+static int raw_truncate(struct blk_node *bs, uint64_t size)
+{
+	const struct raw_state *s = bs->opaque;
+	int ret;
+
+	if (s->window)
+		return -ENOTSUP;
+	ret = blk_truncate(bs->next, size);
+	if (ret == 0)
+		bs->size = bs->next->size;
+	return ret;
+}
+
+static bool raw_can_discard(struct blk_node *bs)
+{
+	return bs->next->has_discard;
+}
+static bool raw_can_write_zeroes(struct blk_node *bs)
+{
+	return bs->next->has_write_zeroes;
+}
+static bool raw_can_fua(struct blk_node *bs)
+{
+	return bs->next->has_fua;
+}
+static bool raw_can_block_status(struct blk_node *bs)
+{
+	return bs->next->has_block_status;
+}
+static bool raw_can_multi_conn(struct blk_node *bs)
+{
+	return blk_can_multi_conn(bs->next);
+}
+
+const struct blk_driver blk_drv_raw = {
+	.name = "raw",
+	.is_format = true,
+	.open = raw_open,
+	.close = raw_close,
+	.submit = raw_submit,
+	.truncate = raw_truncate,
+	.can_discard = raw_can_discard,
+	.can_write_zeroes = raw_can_write_zeroes,
+	.can_fua = raw_can_fua,
+	.can_block_status = raw_can_block_status,
+	.can_multi_conn = raw_can_multi_conn,
+};
