@@ -1,0 +1,10 @@
+/* Subcommands of the `ioplane` executable. Each takes the arguments that
+ * follow its name (argv[0] is the subcommand name) and returns the process
+ * exit status. Threading: main thread only; main() has already called
+ * clock_init() and blk_register_builtin_drivers(). */
+#ifndef IOPLANE_CMD_H
+#define IOPLANE_CMD_H
+
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,114 @@
+/* The `ioplane` executable: dispatches to a subcommand (`ioplane bench ...`,
+ * `ioplane img bench ...`) through tables so serve/img commands slot in.
+ * Threading: main thread only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "cmd/cmd.h"
+#include "util/clock.h"
+
+#ifndef IOPLANE_VERSION
+#define IOPLANE_VERSION "0.1.0"
+#endif
+
+/* Exit status for a command line we cannot dispatch (like git/getopt users). */
+#define EXIT_USAGE 2
+
+struct cmd {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *help;
+};
+
+/* `ioplane img <cmd>`: the image tool (create/info/check/... join here). */
+static const struct cmd img_cmds[] = {
+	{ "bench", cmd_bench, "run a block-layer benchmark (same as `ioplane bench`)" },
+	{ NULL, NULL, NULL },
+};
+
+static int main_img(int argc, char **argv);
+
+/* Top level: `ioplane <cmd>` (serve joins here). */
+static const struct cmd top_cmds[] = {
+	{ "bench", cmd_bench, "run a block-layer benchmark (qemu-img bench options)" },
+	{ "img", main_img, "image tool: ioplane img <command> ..." },
+	{ NULL, NULL, NULL },
+};
+
+static const struct cmd *cmd_find(const struct cmd *tab, const char *name)
+{
+	for (; tab->name; tab++) {
+		if (!strcmp(tab->name, name))
+			return tab;
+	}
+	return NULL;
+}
+
+static void cmd_list(FILE *f, const struct cmd *tab)
+{
+	for (; tab->name; tab++)
+		fprintf(f, "  %-8s %s\n", tab->name, tab->help);
+}
+
+static void main_usage(FILE *f)
+{
+	fprintf(f, "Usage: ioplane <command> [options]\n"
+		   "       ioplane --help | --version\n\nCommands:\n");
+	cmd_list(f, top_cmds);
+	fprintf(f, "\nImage commands (ioplane img <command>):\n");
+	cmd_list(f, img_cmds);
+	fprintf(f, "\nRun 'ioplane <command> --help' for a command's options.\n");
+}
+
+static int is_help(const char *arg)
+{
+	return !strcmp(arg, "--help") || !strcmp(arg, "-h") || !strcmp(arg, "help");
+}
+
+/* Run argv[1] from tab; prefix names the level for messages. */
+static int cmd_dispatch(const struct cmd *tab, const char *prefix, int argc, char **argv)
+{
+	const struct cmd *c;
+
+	if (argc < 2) {
+		fprintf(stderr, "%s: missing command (try 'ioplane --help')\n", prefix);
+		return EXIT_USAGE;
+	}
+	c = cmd_find(tab, argv[1]);
+	if (!c) {
+		fprintf(stderr, "%s: unknown command '%s' (try 'ioplane --help')\n", prefix,
+			argv[1]);
+		return EXIT_USAGE;
+	}
+	return c->run(argc - 1, argv + 1);
+}
+
+static int main_img(int argc, char **argv)
+{
+	if (argc >= 2 && is_help(argv[1])) {
+		printf("Usage: ioplane img <command> [options]\n\nCommands:\n");
+		cmd_list(stdout, img_cmds);
+		return 0;
+	}
+	return cmd_dispatch(img_cmds, "ioplane img", argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 2 && is_help(argv[1])) {
+		main_usage(stdout);
+		return 0;
+	}
+	if (argc >= 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V"))) {
+		printf("ioplane version %s\n", IOPLANE_VERSION);
+		return 0;
+	}
+	if (argc >= 2 && argv[1][0] == '-') {
+		fprintf(stderr, "ioplane: unknown option '%s' (try 'ioplane --help')\n", argv[1]);
+		return EXIT_USAGE;
+	}
+	clock_init();
+	blk_register_builtin_drivers();
+	return cmd_dispatch(top_cmds, "ioplane", argc, argv);
+}

@@ -1,0 +1,114 @@
+# Shared helpers for the functional tests (tests/func/*.sh), sourced by them: skip/fail,
+# the binary under test, a scratch directory removed on exit, and checks of commands'
+# exit status and output. Plain bash, one test process.
+#
+# Exit codes follow the runner (scripts/test.sh): 0 pass, 77 skip (the reason printed as
+# the last line), anything else fail. Environment: IOPLANE (binary under test; default
+# $IOPLANE_BUILD/ioplane, then build/ioplane), IOPLANE_BUILD, IOPLANE_SRC.
+# FUNC_KEEP_TMP=1 keeps the scratch directory.
+
+set -euo pipefail
+
+FUNC_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+IOPLANE_SRC=${IOPLANE_SRC:-$(cd "$FUNC_LIB_DIR/../.." && pwd)}
+IOPLANE_BUILD=${IOPLANE_BUILD:-$IOPLANE_SRC/build}
+IOPLANE=${IOPLANE:-$IOPLANE_BUILD/ioplane}
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
+
+# need CMD...: skip unless every command is installed.
+need() {
+	local c
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || skip "$c is not installed"
+	done
+}
+
+[ -x "$IOPLANE" ] || skip "no ioplane binary at $IOPLANE (set IOPLANE)"
+
+# Scratch space on a real filesystem where one exists: O_DIRECT does not work on tmpfs.
+func_mktemp_dir() {
+	local d
+	for d in /var/tmp /tmp; do
+		if [ -d "$d" ] && [ -w "$d" ] && [ "$(stat -f -c %T "$d" 2>/dev/null)" != tmpfs ]; then
+			mktemp -d "$d/ioplane-func.XXXXXX"
+			return
+		fi
+	done
+	mktemp -d
+}
+
+FUNC_TMP=$(func_mktemp_dir)
+func_exit_hooks=()
+
+# at_exit CMD: run CMD (a string) when the test exits.
+at_exit() {
+	func_exit_hooks+=("$1")
+}
+
+func_cleanup() {
+	local rc=$? hook
+	trap - EXIT
+	set +e
+	for hook in "${func_exit_hooks[@]}"; do
+		eval "$hook"
+	done
+	if [ "${FUNC_KEEP_TMP:-0}" = 1 ]; then
+		echo "kept $FUNC_TMP" >&2
+	else
+		rm -rf "$FUNC_TMP"
+	fi
+	exit $rc
+}
+trap func_cleanup EXIT
+
+# True when direct I/O works in the scratch directory.
+have_odirect() {
+	dd if=/dev/zero of="$FUNC_TMP/.odirect" bs=4096 count=1 oflag=direct status=none 2>/dev/null
+	local rc=$?
+	rm -f "$FUNC_TMP/.odirect"
+	return $rc
+}
+
+# True when the binary was built with AddressSanitizer (valgrind cannot run it).
+is_sanitized() {
+	ldd "$IOPLANE" 2>/dev/null | grep -q libasan
+}
+
+# run_status WANT CMD...: run CMD with a time limit, its stdout in $OUT and stderr in $ERR
+# (files); fail unless it exits with WANT.
+OUT=$FUNC_TMP/out
+ERR=$FUNC_TMP/err
+run_status() {
+	local want=$1 rc=0
+	shift
+	timeout -k 5 "${FUNC_CMD_TIMEOUT:-120}" "$@" >"$OUT" 2>"$ERR" || rc=$?
+	if [ "$rc" -ne "$want" ]; then
+		echo "command: $*" >&2
+		echo "--- stdout" >&2
+		head -n 20 "$OUT" >&2
+		echo "--- stderr" >&2
+		head -n 20 "$ERR" >&2
+		fail "exit status $rc, expected $want"
+	fi
+}
+
+run_ok() { run_status 0 "$@"; }
+
+# expect_line FILE TEXT: fail unless FILE has a line equal to TEXT.
+expect_line() {
+	grep -qxF -- "$2" "$1" || { cat "$1" >&2; fail "no line '$2' in ${1##*/}"; }
+}
+
+# expect_grep FILE REGEX: fail unless FILE matches the extended regex.
+expect_grep() {
+	grep -qE -- "$2" "$1" || { cat "$1" >&2; fail "no match for /$2/ in ${1##*/}"; }
+}
