@@ -3,7 +3,8 @@
 # build/, make a 256 MiB raw image in demo/, and run `ioplane bench` with 4 KiB
 # random reads at queue depth 64 through each I/O engine (io_uring, linux-aio,
 # thread pool), then against the null driver to show the per-request cost of
-# ioplane itself. Needs no stdin; run as root on Debian 12 for the packages.
+# ioplane itself; then serves the image over NBD (`ioplane serve`) until Ctrl-C
+# and prints how to connect. Run as root on Debian 12 for the packages.
 set -euo pipefail
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -97,4 +98,25 @@ if [ $failed -gt 0 ]; then
 	echo "demo.sh: $failed run(s) failed"
 	exit 1
 fi
-echo "demo.sh: done. Image: $IMG (remove demo/ to start over)."
+
+# The daemon: serve the demo image over NBD on a unix socket (0600) in the
+# foreground until Ctrl-C or SIGTERM. DEMO_SERVE_SECONDS=N stops it after N
+# seconds (0: do not serve).
+sock=$src/demo/nbd.sock
+serve_for=${DEMO_SERVE_SECONDS:-}
+[ "$serve_for" = 0 ] && exit 0
+step "serving $IMG over NBD"
+cat <<EOF
+Connect from another shell, for example:
+  nbdinfo 'nbd+unix:///demo?socket=$sock'
+  qemu-img info 'nbd+unix:///demo?socket=$sock'
+  qemu-io -f raw -c 'read -v 0 512' 'nbd+unix:///demo?socket=$sock'
+  qemu-img convert -p -O qcow2 'nbd+unix:///demo?socket=$sock' /tmp/copy.qcow2
+Stop with Ctrl-C.
+EOF
+serve=("$BENCH" serve --image "demo,file=$IMG,format=raw,cache=$cache"
+	--nbd "unix=$sock,image=demo,writable=on,description=ioplane demo image")
+if [ -n "$serve_for" ]; then
+	exec timeout --preserve-status -s TERM "$serve_for" "${serve[@]}"
+fi
+exec "${serve[@]}"

@@ -6,5 +6,6 @@
 #define IOPLANE_CMD_H
 
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

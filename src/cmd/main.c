@@ -32,6 +32,7 @@ static int main_img(int argc, char **argv);
 /* Top level: `ioplane <cmd>` (serve joins here). */
 static const struct cmd top_cmds[] = {
 	{ "bench", cmd_bench, "run a block-layer benchmark (qemu-img bench options)" },
+	{ "serve", cmd_serve, "serve images over NBD (the daemon)" },
 	{ "img", main_img, "image tool: ioplane img <command> ..." },
 	{ NULL, NULL, NULL },
 };

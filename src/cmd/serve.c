@@ -1,0 +1,711 @@
+/* `ioplane serve`: the daemon. Opens images (--image), starts iothreads,
+ * serves exports over NBD (--nbd), and on SIGTERM/SIGINT stops accepting,
+ * lets in-flight requests finish, flushes and closes the images, exits 0.
+ *
+ * Threading: the main thread parses, opens images, runs the main loop
+ * (accept, signals, shutdown) and tears down; connections live on the
+ * iothreads. SIGTERM/SIGINT are blocked in every thread and read from a
+ * signalfd on the main loop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "block/block.h"
+#include "cmd/cmd.h"
+#include "export/nbd-server.h"
+#include "loop/iothread.h"
+#include "loop/loop.h"
+#include "util/log.h"
+#include "util/opts.h"
+
+#define EXIT_USAGE 2
+#define MAX_IOTHREADS 64
+#define DRAIN_TIMEOUT_NS (10ull * 1000000000ull)
+
+struct serve_image {
+	char *id;
+	struct blk_node *bs;
+	enum nbd_detect_zeroes dz;
+};
+
+/* One --nbd: an export on a listening address. */
+struct serve_nbd {
+	struct kv_opts o;
+	char *addr; /* "unix:PATH" or "tcp:HOST:PORT": exports at one address share a server */
+	struct serve_image *img;
+	struct nbd_server *srv;
+};
+
+struct serve {
+	unsigned niothreads, max_conns;
+	const char *pidfile;
+	char **image_args, **nbd_args;
+	unsigned nimages, nnbd;
+	struct serve_image *images;
+	struct serve_nbd *nbds;
+	struct iothread **threads;
+	struct loop **loops;
+	unsigned nthreads;
+	struct loop *main_loop;
+	struct nbd_server **servers;
+	unsigned nservers, draining;
+	struct loop_fd sig_h;
+	struct loop_timer drain_timer;
+	bool stopping;
+	char err[512];
+};
+
+static void serve_usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--max-connections N]\n"
+		"         --image ID,file=PATH[,format=raw][,cache=none|writeback]\n"
+		"               [,aio=io_uring|native|threads][,read-only=on]\n"
+		"               [,discard=unmap|ignore][,detect-zeroes=off|on|unmap]\n"
+		"         --image ID,driver=null,size=SIZE[,latency-ns=NS][,read-zeroes=on]\n"
+		"         --nbd unix=PATH|tcp=HOST:PORT,image=ID[,name=NAME][,writable=on]\n"
+		"               [,description=TEXT][,mode=OCTAL]\n"
+		"\n"
+		"Serves disk images over NBD until SIGTERM or SIGINT, then\n"
+		"finishes the requests in flight, flushes, closes the images and exits 0.\n"
+		"\n"
+		"  --image SPEC           open an image (several allowed); ID names it\n"
+		"  --nbd SPEC             export an image over NBD (several allowed; exports\n"
+		"                         with the same address share one socket). The export\n"
+		"                         name defaults to the image ID; exports are read-only\n"
+		"                         unless writable=on; unix sockets are created with\n"
+		"                         mode 0600 unless mode= says otherwise\n"
+		"  --iothreads N          threads serving connections (default: CPU count)\n"
+		"  --max-connections N    connections per listening address (default: no limit)\n"
+		"  --pidfile FILE         write the process ID there once listening\n"
+		"  -v, --verbose          log debug messages    -q, --quiet   log errors only\n"
+		"  -h, --help             show this help\n"
+		"\n"
+		"Examples:\n"
+		"  ioplane serve --image disk,file=disk.img --nbd unix=/tmp/nbd.sock,image=disk\n"
+		"      qemu-img info 'nbd+unix:///disk?socket=/tmp/nbd.sock'\n"
+		"  ioplane serve --image d,file=d.img,cache=none,aio=io_uring \\\n"
+		"      --nbd tcp=127.0.0.1:10809,image=d,writable=on\n"
+		"      nbdinfo nbd://127.0.0.1:10809/d\n"
+		"  ioplane serve --image n,driver=null,size=1G,read-zeroes=on \\\n"
+		"      --nbd unix=/tmp/null.sock,image=n,writable=on\n");
+}
+
+/* ---- command line ------------------------------------------------------- */
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "ioplane serve: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, " (try 'ioplane serve --help')\n");
+	return EXIT_USAGE;
+}
+
+static int parse_count(const char *s, unsigned max, unsigned *out)
+{
+	uint64_t v;
+
+	if (parse_u64(s, &v) < 0 || v > max)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static const struct option serve_long_opts[] = {
+	{"iothreads", required_argument, NULL, 't'},
+	{"pidfile", required_argument, NULL, 'p'},
+	{"max-connections", required_argument, NULL, 'm'},
+	{"image", required_argument, NULL, 'i'},
+	{"nbd", required_argument, NULL, 'n'},
+	{"verbose", no_argument, NULL, 'v'},
+	{"quiet", no_argument, NULL, 'q'},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+/* Returns -1 to go on, else an exit status. */
+static int serve_opt(struct serve *sv, int c, const char *arg)
+{
+	switch (c) {
+	case 't':
+		if (parse_count(arg, MAX_IOTHREADS, &sv->niothreads) < 0 || !sv->niothreads)
+			return usage_error("--iothreads: expected 1..64, not '%s'", arg);
+		return -1;
+	case 'm':
+		if (parse_count(arg, 1u << 20, &sv->max_conns) < 0)
+			return usage_error("--max-connections: expected a number, not '%s'", arg);
+		return -1;
+	case 'p':
+		sv->pidfile = arg;
+		return -1;
+	case 'i':
+		sv->image_args[sv->nimages++] = (char *)arg;
+		return -1;
+	case 'n':
+		sv->nbd_args[sv->nnbd++] = (char *)arg;
+		return -1;
+	case 'v':
+		log_set_level(LOG_DEBUG);
+		return -1;
+	case 'q':
+		log_set_level(LOG_ERR);
+		return -1;
+	case 'h':
+		serve_usage(stdout);
+		return 0;
+	case ':':
+		return usage_error("option '%s' needs an argument", arg);
+	default:
+		return usage_error("unknown option '%s'", arg);
+	}
+}
+
+static int serve_parse(struct serve *sv, int argc, char **argv)
+{
+	int c, ret;
+
+	sv->image_args = calloc((size_t)argc, sizeof(char *));
+	sv->nbd_args = calloc((size_t)argc, sizeof(char *));
+	if (!sv->image_args || !sv->nbd_args)
+		return 1;
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":hvq", serve_long_opts, NULL)) != -1) {
+		ret = serve_opt(sv, c, argv[optind - 1]);
+		if (ret >= 0)
+			return ret;
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument '%s'", argv[optind]);
+	if (!sv->nnbd)
+		return usage_error("%s", "nothing to serve: give at least one --nbd");
+	if (!sv->niothreads) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		sv->niothreads = n < 1 ? 1 : n > MAX_IOTHREADS ? MAX_IOTHREADS : (unsigned)n;
+	}
+	return -1;
+}
+
+/* ---- images ------------------------------------------------------------- */
+
+static struct serve_image *find_image(struct serve *sv, const char *id)
+{
+	unsigned i;
+
+	for (i = 0; i < sv->nimages; i++)
+		if (sv->images[i].id && !strcmp(sv->images[i].id, id))
+			return &sv->images[i];
+	return NULL;
+}
+
+/* --image's shorthands onto blk_open's keys; returns an exit status or -1. */
+static int image_map_opts(struct kv_opts *o, struct serve_image *img)
+{
+	const char *file = kv_get(o, "file"), *dz = kv_get(o, "detect-zeroes");
+
+	if (file && kv_get(o, "driver"))
+		return usage_error("--image %s: give file= or driver=, not both", img->id);
+	if (file && (kv_set(o, "driver", "file") || kv_set(o, "filename", file)))
+		return 1;
+	if (!file && !kv_get(o, "driver"))
+		return usage_error("--image %s: needs file=PATH or driver=null", img->id);
+	kv_get(o, "driver"); /* kv_set leaves new keys unmarked; blk_open reads them */
+	if (!dz || !strcmp(dz, "off"))
+		img->dz = NBD_DETECT_ZEROES_OFF;
+	else if (!strcmp(dz, "on"))
+		img->dz = NBD_DETECT_ZEROES_ON;
+	else if (!strcmp(dz, "unmap"))
+		img->dz = NBD_DETECT_ZEROES_UNMAP;
+	else
+		return usage_error("--image: detect-zeroes must be off, on or unmap, not '%s'", dz);
+	return -1;
+}
+
+static int open_image(struct serve *sv, const char *arg, struct serve_image *img)
+{
+	struct kv_opts o = {0};
+	const char *id;
+	int ret;
+
+	if (kv_parse(&o, arg, "id") < 0 || !(id = kv_get(&o, "id")) || !*id) {
+		kv_free(&o);
+		return usage_error("--image '%s': expected ID,KEY=VALUE,...", arg);
+	}
+	if (find_image(sv, id)) {
+		ret = usage_error("--image: ID '%s' used twice", id);
+		kv_free(&o);
+		return ret;
+	}
+	img->id = strdup(id);
+	ret = img->id ? image_map_opts(&o, img) : 1;
+	if (ret < 0) {
+		ret = blk_open(&o, &img->bs, sv->err, sizeof(sv->err));
+		if (ret < 0)
+			fprintf(stderr, "ioplane serve: --image %s: %s\n", img->id, sv->err);
+		ret = ret == -EINVAL ? EXIT_USAGE : ret < 0 ? 1 : -1;
+	}
+	kv_free(&o);
+	return ret;
+}
+
+static int open_images(struct serve *sv)
+{
+	unsigned i;
+	int ret;
+
+	sv->images = calloc(sv->nimages + 1, sizeof(*sv->images));
+	if (!sv->images)
+		return 1;
+	for (i = 0; i < sv->nimages; i++) {
+		ret = open_image(sv, sv->image_args[i], &sv->images[i]);
+		if (ret >= 0)
+			return ret;
+	}
+	return -1;
+}
+
+static void close_images(struct serve *sv, int *status)
+{
+	unsigned i;
+
+	for (i = 0; sv->images && i < sv->nimages; i++) {
+		struct serve_image *img = &sv->images[i];
+
+		if (img->bs && !img->bs->read_only && blk_flush_sync(img->bs) < 0) {
+			log_err("image %s: flush failed", img->id);
+			*status = 1;
+		}
+		if (img->bs)
+			blk_close(img->bs);
+		free(img->id);
+	}
+	free(sv->images);
+}
+
+/* ---- --nbd -------------------------------------------------------------- */
+
+/* Octal permission bits, like chmod's: "600", "0660". */
+static int parse_mode(const char *s, mode_t *out)
+{
+	unsigned long v;
+	char *end;
+
+	errno = 0;
+	v = strtoul(s, &end, 8);
+	if (errno || end == s || *end || v > 0777 || *s == '-' || *s == '+')
+		return -EINVAL;
+	*out = (mode_t)v;
+	return 0;
+}
+
+/* "HOST:PORT" or "[V6ADDR]:PORT" (HOST may be empty: every address); the
+ * port is a number 1..65535. */
+static int split_host_port(const char *t, char *host, size_t hostlen, const char **port)
+{
+	const char *colon = strrchr(t, ':');
+	uint64_t p;
+
+	if (!colon || parse_u64(colon + 1, &p) < 0 || p < 1 || p > 65535 ||
+	    strspn(colon + 1, "0123456789") != strlen(colon + 1))
+		return -EINVAL;
+	if (t[0] == '[' && colon > t + 1 && colon[-1] == ']')
+		snprintf(host, hostlen, "%.*s", (int)(colon - t - 2), t + 1);
+	else
+		snprintf(host, hostlen, "%.*s", (int)(colon - t), t);
+	*port = colon + 1;
+	return 0;
+}
+
+static int nbd_parse_addr(struct serve_nbd *n, const char *arg)
+{
+	const char *u = kv_get(&n->o, "unix"), *t = kv_get(&n->o, "tcp"), *port;
+	char host[256];
+	size_t len;
+
+	if (!u == !t)
+		return usage_error("--nbd '%s': give exactly one of unix=PATH, tcp=HOST:PORT", arg);
+	if (t && split_host_port(t, host, sizeof(host), &port) < 0)
+		return usage_error("--nbd: tcp=%s: expected HOST:PORT with a port 1..65535", t);
+	if ((u && !*u))
+		return usage_error("--nbd '%s': empty unix socket path", arg);
+	len = strlen(u ? u : t) + 6;
+	n->addr = malloc(len);
+	if (!n->addr)
+		return 1;
+	snprintf(n->addr, len, "%s:%s", u ? "unix" : "tcp", u ? u : t);
+	return -1;
+}
+
+static int nbd_parse(struct serve *sv, const char *arg, struct serve_nbd *n)
+{
+	const char *id, *unused;
+	bool b;
+	mode_t mode;
+
+	if (kv_parse(&n->o, arg, NULL) < 0)
+		return usage_error("--nbd '%s': expected KEY=VALUE,...", arg);
+	if (nbd_parse_addr(n, arg) >= 0)
+		return EXIT_USAGE;
+	id = kv_get(&n->o, "image");
+	if (!id)
+		return usage_error("--nbd '%s': image=ID is required", arg);
+	n->img = find_image(sv, id);
+	if (!n->img)
+		return usage_error("--nbd: no --image with ID '%s'", id);
+	kv_get(&n->o, "name");
+	kv_get(&n->o, "description");
+	if (kv_get_bool(&n->o, "writable", &b) < 0)
+		return usage_error("--nbd '%s': writable must be on or off", arg);
+	if (kv_get(&n->o, "mode") && parse_mode(kv_get(&n->o, "mode"), &mode) < 0)
+		return usage_error("--nbd '%s': mode must be octal permissions like 0660", arg);
+	unused = kv_first_unused(&n->o);
+	if (unused)
+		return usage_error("--nbd: unknown option '%s'", unused);
+	return -1;
+}
+
+static int add_export(struct serve *sv, struct serve_nbd *n)
+{
+	struct nbd_export_config ec = {0};
+	const char *name = kv_get(&n->o, "name");
+
+	ec.name = name ? name : n->img->id;
+	ec.description = kv_get(&n->o, "description");
+	ec.bs = n->img->bs;
+	ec.detect_zeroes = n->img->dz;
+	kv_get_bool(&n->o, "writable", &ec.writable);
+	if (nbd_server_add_export(n->srv, &ec, sv->err, sizeof(sv->err)) < 0) {
+		fprintf(stderr, "ioplane serve: --nbd: %s\n", sv->err);
+		return EXIT_USAGE;
+	}
+	return -1;
+}
+
+static int server_listen(struct serve *sv, struct serve_nbd *n)
+{
+	const char *u = kv_get(&n->o, "unix"), *t = kv_get(&n->o, "tcp"), *port;
+	mode_t mode = 0600;
+	char host[256];
+	int ret;
+
+	if (u) {
+		if (kv_get(&n->o, "mode"))
+			parse_mode(kv_get(&n->o, "mode"), &mode); /* checked by nbd_parse */
+		ret = nbd_server_listen_unix(n->srv, u, mode, sv->err, sizeof(sv->err));
+	} else {
+		split_host_port(t, host, sizeof(host), &port); /* checked by nbd_parse_addr */
+		ret = nbd_server_listen_tcp(n->srv, host, port, sv->err, sizeof(sv->err));
+	}
+	if (ret < 0)
+		log_err("%s", sv->err);
+	else
+		log_info("listening on %s", n->addr);
+	return ret < 0 ? 1 : -1;
+}
+
+/* The first --nbd at an address creates its server; later ones share it. */
+static struct serve_nbd *first_at_addr(struct serve *sv, struct serve_nbd *n)
+{
+	struct serve_nbd *p;
+
+	for (p = sv->nbds; p < n; p++)
+		if (!strcmp(p->addr, n->addr))
+			return p;
+	return n;
+}
+
+static int nbd_server_for(struct serve *sv, struct serve_nbd *n)
+{
+	struct nbd_server_config cfg = {.main_loop = sv->main_loop, .loops = sv->loops,
+					.nloops = sv->nthreads, .max_connections = sv->max_conns};
+	struct serve_nbd *first = first_at_addr(sv, n);
+
+	if (first != n) {
+		n->srv = first->srv;
+		return -1;
+	}
+	if (nbd_server_new(&cfg, &n->srv) < 0)
+		return 1;
+	sv->servers[sv->nservers++] = n->srv;
+	return -1;
+}
+
+static int setup_nbd(struct serve *sv)
+{
+	unsigned i;
+	int ret;
+
+	sv->nbds = calloc(sv->nnbd, sizeof(*sv->nbds));
+	sv->servers = calloc(sv->nnbd, sizeof(*sv->servers));
+	if (!sv->nbds || !sv->servers)
+		return 1;
+	for (i = 0; i < sv->nnbd; i++) {
+		ret = nbd_parse(sv, sv->nbd_args[i], &sv->nbds[i]);
+		if (ret >= 0)
+			return ret;
+	}
+	for (i = 0; i < sv->nnbd; i++) {
+		ret = nbd_server_for(sv, &sv->nbds[i]);
+		if (ret >= 0 || (ret = add_export(sv, &sv->nbds[i])) >= 0)
+			return ret;
+	}
+	/* Listen only when every export is known: a client may come at once. */
+	for (i = 0; i < sv->nnbd; i++) {
+		if (first_at_addr(sv, &sv->nbds[i]) != &sv->nbds[i])
+			continue;
+		ret = server_listen(sv, &sv->nbds[i]);
+		if (ret >= 0)
+			return ret;
+	}
+	return -1;
+}
+
+static void free_nbd(struct serve *sv)
+{
+	unsigned i;
+
+	for (i = 0; i < sv->nservers; i++)
+		nbd_server_free(sv->servers[i]);
+	for (i = 0; sv->nbds && i < sv->nnbd; i++) {
+		kv_free(&sv->nbds[i].o);
+		free(sv->nbds[i].addr);
+	}
+	free(sv->nbds);
+	free(sv->servers);
+}
+
+/* ---- iothreads ---------------------------------------------------------- */
+
+static int start_iothreads(struct serve *sv)
+{
+	char name[32];
+	unsigned i;
+	int ret;
+
+	sv->threads = calloc(sv->niothreads, sizeof(*sv->threads));
+	sv->loops = calloc(sv->niothreads, sizeof(*sv->loops));
+	if (!sv->threads || !sv->loops)
+		return 1;
+	for (i = 0; i < sv->niothreads; i++) {
+		snprintf(name, sizeof(name), "iothread%u", i);
+		ret = iothread_start(name, NULL, &sv->threads[i]);
+		if (ret < 0) {
+			log_err("cannot start %s: %s", name, strerror(-ret));
+			return 1;
+		}
+		sv->loops[i] = iothread_loop(sv->threads[i]);
+		sv->nthreads++;
+	}
+	return -1;
+}
+
+/* On each iothread before it goes: drivers drop their per-thread state. */
+static void detach_images(void *arg)
+{
+	struct serve *sv = arg;
+	unsigned i;
+
+	for (i = 0; i < sv->nimages; i++)
+		if (sv->images[i].bs)
+			blk_detach_loop(sv->images[i].bs, loop_current());
+}
+
+static void stop_iothreads(struct serve *sv)
+{
+	unsigned i;
+
+	for (i = 0; i < sv->nthreads; i++) {
+		iothread_run_sync(sv->threads[i], detach_images, sv);
+		iothread_join(sv->threads[i]);
+	}
+	free(sv->threads);
+	free(sv->loops);
+}
+
+/* ---- signals and shutdown ----------------------------------------------- */
+
+static void server_drained(void *opaque)
+{
+	struct serve *sv = opaque;
+
+	if (--sv->draining)
+		return;
+	if (loop_timer_armed(&sv->drain_timer))
+		loop_timer_cancel(sv->main_loop, &sv->drain_timer);
+	log_info("all connections closed");
+	loop_stop(sv->main_loop);
+}
+
+static void abort_all(struct serve *sv)
+{
+	unsigned i;
+
+	for (i = 0; i < sv->nservers; i++)
+		nbd_server_abort(sv->servers[i]);
+}
+
+static void drain_timeout(struct loop_timer *t)
+{
+	struct serve *sv = (struct serve *)((char *)t - offsetof(struct serve, drain_timer));
+
+	log_warn("clients still busy after %llu s: dropping them",
+		 DRAIN_TIMEOUT_NS / 1000000000ull);
+	abort_all(sv);
+}
+
+static void begin_shutdown(struct serve *sv, int sig)
+{
+	unsigned i;
+
+	if (sv->stopping) {
+		log_warn("%s again: dropping the remaining connections", strsignal(sig));
+		abort_all(sv);
+		return;
+	}
+	sv->stopping = true;
+	log_info("%s: shutting down", strsignal(sig));
+	for (i = 0; i < sv->nservers; i++)
+		nbd_server_stop_listening(sv->servers[i]);
+	sv->draining = sv->nservers;
+	sv->drain_timer.cb = drain_timeout;
+	loop_timer_arm(sv->main_loop, &sv->drain_timer, loop_now_ns() + DRAIN_TIMEOUT_NS);
+	for (i = 0; i < sv->nservers; i++)
+		nbd_server_drain(sv->servers[i], server_drained, sv);
+}
+
+static void signal_cb(struct loop_fd *h, uint32_t revents)
+{
+	struct serve *sv = (struct serve *)((char *)h - offsetof(struct serve, sig_h));
+	struct signalfd_siginfo si;
+
+	(void)revents;
+	while (read(h->fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+		begin_shutdown(sv, (int)si.ssi_signo);
+}
+
+static void block_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	/* Before any thread starts, so that every thread inherits the mask. */
+	pthread_sigmask(SIG_BLOCK, set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static int setup_signals(struct serve *sv, const sigset_t *set)
+{
+	int fd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
+
+	if (fd < 0) {
+		log_err("signalfd: %s", strerror(errno));
+		return 1;
+	}
+	sv->sig_h = (struct loop_fd){.fd = fd, .events = EPOLLIN, .cb = signal_cb};
+	if (loop_fd_add(sv->main_loop, &sv->sig_h) < 0) {
+		close(fd);
+		sv->sig_h.fd = -1;
+		return 1;
+	}
+	return -1;
+}
+
+static int write_pidfile(const char *path)
+{
+	char buf[32];
+	int fd, n;
+
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		log_err("--pidfile %s: %s", path, strerror(errno));
+		return 1;
+	}
+	n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
+	if (write(fd, buf, (size_t)n) != n) {
+		log_err("--pidfile %s: %s", path, strerror(errno));
+		close(fd);
+		unlink(path);
+		return 1;
+	}
+	close(fd);
+	return -1;
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static void serve_teardown(struct serve *sv, bool pidfile_written, int *status)
+{
+	/* Iothreads first: every message they were sent has run once joined. */
+	stop_iothreads(sv);
+	free_nbd(sv);
+	close_images(sv, status);
+	if (sv->sig_h.fd > 0) {
+		loop_fd_del(sv->main_loop, &sv->sig_h);
+		close(sv->sig_h.fd);
+	}
+	if (pidfile_written)
+		unlink(sv->pidfile);
+	loop_free(sv->main_loop);
+}
+
+static int serve_run(struct serve *sv, const sigset_t *set)
+{
+	bool pidfile_written = false;
+	int status;
+
+	if (loop_new(NULL, &sv->main_loop) < 0) {
+		log_err("cannot create the main loop");
+		return 1;
+	}
+	loop_bind_current(sv->main_loop);
+	status = open_images(sv);
+	if (status < 0)
+		status = start_iothreads(sv);
+	if (status < 0)
+		status = setup_nbd(sv);
+	if (status < 0)
+		status = setup_signals(sv, set);
+	if (status < 0 && sv->pidfile) {
+		status = write_pidfile(sv->pidfile);
+		pidfile_written = status < 0;
+	}
+	if (status < 0) {
+		/* Connections are accepted from here on, by the main loop. */
+		log_info("serving %u export(s) with %u iothread(s)", sv->nnbd,
+			 sv->nthreads);
+		loop_run(sv->main_loop);
+		status = 0;
+	}
+	serve_teardown(sv, pidfile_written, &status);
+	return status;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+	struct serve *sv = calloc(1, sizeof(*sv));
+	sigset_t set;
+	int status;
+
+	if (!sv)
+		return 1;
+	sv->sig_h.fd = -1;
+	status = serve_parse(sv, argc, argv);
+	if (status < 0) {
+		block_signals(&set);
+		status = serve_run(sv, &set);
+	}
+	free(sv->image_args);
+	free(sv->nbd_args);
+	free(sv);
+	return status;
+}

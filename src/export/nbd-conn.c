@@ -1,0 +1,506 @@
+/* NBD connection lifetime and socket I/O: the input buffer (one recv or
+ * readv per readiness event, parsed for as many messages as it holds), the
+ * output queue (handshake bytes, then finished requests' replies, sent with
+ * one sendmsg per loop round from a flush hook), back-pressure, draining and
+ * closing.
+ *
+ * Lifetime: refs = 1 while the socket is open + 1 per request taken from the
+ * connection's pool; the connection is freed when it drops to zero (from its
+ * flush hook if that is still queued), so a client that vanishes mid-request
+ * leaves its requests to complete normally.
+ *
+ * Threading: everything here runs on conn->loop's thread. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "export/nbd-int.h"
+#include "util/log.h"
+
+#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+
+static void conn_free(struct nbd_conn *c)
+{
+	if (c->pprev) {
+		*c->pprev = c->next;
+		if (c->next)
+			c->next->pprev = c->pprev;
+	}
+	if (loop_timer_armed(&c->timer))
+		loop_timer_cancel(c->loop, &c->timer);
+	nbd_req_free_all(c);
+	free(c->rbuf);
+	free(c->hbuf);
+	nbd_server_conn_gone(c->srv, c->slot);
+	free(c);
+}
+
+void nbd_conn_get(struct nbd_conn *c)
+{
+	c->refs++;
+}
+
+void nbd_conn_put(struct nbd_conn *c)
+{
+	if (--c->refs)
+		return;
+	/* A queued flush hook still points at us: it frees us when it runs. */
+	if (c->flush.queued)
+		return;
+	conn_free(c);
+}
+
+/* Arm the fd for what we are waiting for; unregister it when nothing, so that
+ * a hang-up we are not ready to read does not spin the loop. */
+static void conn_set_events(struct nbd_conn *c)
+{
+	uint32_t want = 0;
+	int ret;
+
+	if (c->state == NBD_CONN_CLOSED)
+		return;
+	if (c->state == NBD_CONN_OPEN && !c->in_blocked)
+		want |= EPOLLIN;
+	if (c->out_blocked)
+		want |= EPOLLOUT;
+	if (want == c->events)
+		return;
+	if (!want) {
+		loop_fd_del(c->loop, &c->fdh);
+		ret = 0;
+	} else if (!c->events) {
+		c->fdh.events = want;
+		ret = loop_fd_add(c->loop, &c->fdh);
+	} else {
+		ret = loop_fd_modify(c->loop, &c->fdh, want);
+	}
+	c->events = ret < 0 ? 0 : want;
+	if (ret < 0)
+		nbd_conn_close(c, "cannot watch the socket");
+}
+
+/* The connection has no request left: after a disconnect, make what the
+ * client wrote durable before letting go (a flush nobody answers). */
+static void conn_idle(struct nbd_conn *c)
+{
+	struct nbd_req *r;
+
+	if (c->state != NBD_CONN_OPEN && c->dirty && c->exp) {
+		r = nbd_req_take(c);
+		if (r) {
+			r->type = NBD_CMD_FLUSH;
+			r->internal = true;
+			c->dirty = false;
+			if (nbd_req_submit(r, BLK_OP_FLUSH, 0, 0, 0) < 0)
+				nbd_req_release(r);
+			return;
+		}
+	}
+	if (c->state == NBD_CONN_DRAIN && c->hoff == c->hlen && !c->outq)
+		nbd_conn_close(c, NULL);
+}
+
+void nbd_conn_request_done(struct nbd_conn *c)
+{
+	if (c->busy == 0 && c->state != NBD_CONN_OPEN)
+		conn_idle(c);
+	else if (c->in_blocked)
+		loop_request_flush(c->loop, &c->flush); /* unblock after this round's send */
+}
+
+void nbd_conn_close(struct nbd_conn *c, const char *why)
+{
+	struct nbd_req *r;
+
+	if (c->state == NBD_CONN_CLOSED)
+		return;
+	if (why)
+		log_info("nbd: closing connection (%s)", why);
+	if (c->events)
+		loop_fd_del(c->loop, &c->fdh);
+	c->events = 0;
+	c->state = NBD_CONN_CLOSED;
+	close(c->fd);
+	c->fd = -1;
+	if (loop_timer_armed(&c->timer))
+		loop_timer_cancel(c->loop, &c->timer);
+	c->hoff = c->hlen = 0;
+	if (c->cur) {
+		r = c->cur;
+		c->cur = NULL;
+		nbd_req_release(r);
+	}
+	while ((r = c->outq)) {
+		c->outq = r->next;
+		nbd_req_release(r);
+	}
+	c->outq_tail = &c->outq;
+	if (c->busy == 0)
+		conn_idle(c);
+	nbd_conn_put(c);
+}
+
+void nbd_conn_drain(struct nbd_conn *c)
+{
+	struct nbd_req *r;
+
+	if (c->state != NBD_CONN_OPEN)
+		return;
+	if (c->phase != NBD_PHASE_TRANSMISSION) {
+		nbd_conn_close(c, NULL);
+		return;
+	}
+	c->state = NBD_CONN_DRAIN;
+	if (c->cur) { /* its payload will never arrive */
+		r = c->cur;
+		c->cur = NULL;
+		nbd_req_release(r);
+	}
+	conn_set_events(c);
+	if (c->busy == 0)
+		conn_idle(c);
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+int nbd_conn_hbuf_append(struct nbd_conn *c, const void *p, size_t len)
+{
+	if (c->hlen + len > c->hcap) {
+		size_t cap = c->hcap ? c->hcap : 4096;
+		uint8_t *nb;
+
+		while (cap < c->hlen + len)
+			cap *= 2;
+		nb = realloc(c->hbuf, cap);
+		if (!nb)
+			return -ENOMEM;
+		c->hbuf = nb;
+		c->hcap = cap;
+	}
+	memcpy(c->hbuf + c->hlen, p, len);
+	c->hlen += len;
+	return 0;
+}
+
+void nbd_conn_kick(struct nbd_conn *c)
+{
+	loop_request_flush(c->loop, &c->flush);
+}
+
+void nbd_conn_queue_reply(struct nbd_conn *c, struct nbd_req *r)
+{
+	if (c->state == NBD_CONN_CLOSED) {
+		nbd_req_release(r);
+		return;
+	}
+	r->next = NULL;
+	*c->outq_tail = r;
+	c->outq_tail = &r->next;
+	loop_request_flush(c->loop, &c->flush);
+}
+
+/* Build the iovec of everything queued (up to NBD_SEND_IOV entries). */
+static int conn_gather(struct nbd_conn *c, struct iovec *iov, size_t *total)
+{
+	struct nbd_req *r;
+	int n = 0;
+
+	*total = 0;
+	if (c->hoff < c->hlen) {
+		iov[n].iov_base = c->hbuf + c->hoff;
+		iov[n].iov_len = c->hlen - c->hoff;
+		*total += iov[n++].iov_len;
+	}
+	for (r = c->outq; r; r = r->next) {
+		int i;
+
+		if (n + r->riovcnt > NBD_SEND_IOV)
+			break;
+		for (i = 0; i < r->riovcnt; i++) {
+			iov[n] = r->riov[i];
+			*total += iov[n++].iov_len;
+		}
+	}
+	return n;
+}
+
+/* Skip n sent bytes of a request's reply; true when all of it is sent. */
+static bool req_advance(struct nbd_req *r, size_t *n)
+{
+	int i = 0;
+
+	while (i < r->riovcnt && *n >= r->riov[i].iov_len) {
+		*n -= r->riov[i].iov_len;
+		i++;
+	}
+	if (i == r->riovcnt)
+		return true;
+	r->riov[i].iov_base = (char *)r->riov[i].iov_base + *n;
+	r->riov[i].iov_len -= *n;
+	*n = 0;
+	memmove(r->riov, r->riov + i, sizeof(r->riov[0]) * (size_t)(r->riovcnt - i));
+	r->riovcnt -= i;
+	return false;
+}
+
+static void conn_consume(struct nbd_conn *c, size_t n)
+{
+	struct nbd_req *r;
+	size_t k;
+
+	if (c->hoff < c->hlen) {
+		k = c->hlen - c->hoff < n ? c->hlen - c->hoff : n;
+		c->hoff += k;
+		n -= k;
+		if (c->hoff == c->hlen)
+			c->hoff = c->hlen = 0;
+	}
+	while (n && (r = c->outq)) {
+		if (!req_advance(r, &n))
+			break;
+		c->outq = r->next;
+		if (!c->outq)
+			c->outq_tail = &c->outq;
+		nbd_req_release(r);
+	}
+}
+
+static void conn_send(struct nbd_conn *c)
+{
+	static __thread struct iovec iov[NBD_SEND_IOV];
+	struct msghdr mh;
+	size_t total;
+	ssize_t sent;
+
+	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
+		memset(&mh, 0, sizeof(mh));
+		mh.msg_iov = iov;
+		mh.msg_iovlen = (size_t)conn_gather(c, iov, &total);
+		if (!mh.msg_iovlen)
+			break;
+		sent = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (sent < 0 && errno == EINTR)
+			continue;
+		if (sent < 0 && errno != EAGAIN) {
+			nbd_conn_close(c, errno == EPIPE || errno == ECONNRESET ? "client went away"
+									   : "send failed");
+			return;
+		}
+		if (sent > 0)
+			conn_consume(c, (size_t)sent);
+		/* A short send means the socket is full: wait for room. */
+		if (sent < 0 || (size_t)sent < total)
+			c->out_blocked = true;
+	}
+	conn_set_events(c);
+}
+
+static bool conn_can_unblock(struct nbd_conn *c)
+{
+	if (c->phase != NBD_PHASE_TRANSMISSION)
+		return c->hlen - c->hoff < NBD_HBUF_HIGH;
+	return (c->nfree || c->nreqs < NBD_CONN_MAX_REQS) && c->busy_bytes < NBD_CONN_MAX_BYTES;
+}
+
+void nbd_conn_unblock(struct nbd_conn *c)
+{
+	if (!c->in_blocked || c->state != NBD_CONN_OPEN || !conn_can_unblock(c))
+		return;
+	c->in_blocked = false;
+	nbd_conn_parse(c);
+}
+
+static void conn_flush_cb(struct loop_flush *f)
+{
+	struct nbd_conn *c = container_of(f, struct nbd_conn, flush);
+
+	if (!c->refs) {
+		conn_free(c);
+		return;
+	}
+	nbd_conn_get(c);
+	conn_send(c);
+	nbd_conn_unblock(c);
+	if (c->state == NBD_CONN_DRAIN && c->busy == 0)
+		conn_idle(c);
+	nbd_conn_put(c);
+}
+
+/* ---- input -------------------------------------------------------------- */
+
+void nbd_conn_parse(struct nbd_conn *c)
+{
+	int ret = 0;
+
+	if (c->in_parse)
+		return;
+	c->in_parse = true;
+	if (c->state == NBD_CONN_OPEN && !c->in_blocked && c->phase != NBD_PHASE_TRANSMISSION)
+		ret = nbd_handshake_input(c);
+	if (!ret && c->state == NBD_CONN_OPEN && !c->in_blocked &&
+	    c->phase == NBD_PHASE_TRANSMISSION)
+		ret = nbd_transmit_input(c);
+	c->in_parse = false;
+	if (ret < 0) {
+		nbd_conn_close(c, ret == -EPROTO ? "protocol violation" : strerror(-ret));
+		return;
+	}
+	/* Keep the unparsed tail (a partial message) at the start. */
+	if (c->rpos) {
+		memmove(c->rbuf, c->rbuf + c->rpos, c->rend - c->rpos);
+		c->rend -= c->rpos;
+		c->rpos = 0;
+	}
+	conn_set_events(c);
+}
+
+/* A connection waiting in the handshake costs a small buffer only. */
+int nbd_conn_grow_rbuf(struct nbd_conn *c)
+{
+	uint8_t *nb = realloc(c->rbuf, NBD_RBUF_SIZE);
+
+	if (!nb)
+		return -ENOMEM;
+	c->rbuf = nb;
+	c->rcap = NBD_RBUF_SIZE;
+	return 0;
+}
+
+/* Move received payload bytes to the write being received. */
+static ssize_t conn_recv(struct nbd_conn *c)
+{
+	struct iovec iov[2];
+	ssize_t n;
+	int cnt = 0;
+
+	if (c->cur) {
+		iov[cnt].iov_base = (char *)c->cur->buf + c->cur_have;
+		iov[cnt++].iov_len = c->cur->len - c->cur_have;
+	}
+	iov[cnt].iov_base = c->rbuf + c->rend;
+	iov[cnt++].iov_len = c->rcap - c->rend;
+	if (cnt == 1)
+		n = recv(c->fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT);
+	else
+		n = readv(c->fd, iov, cnt);
+	if (n <= 0)
+		return n;
+	if (cnt == 2) {
+		uint64_t k = (uint64_t)n < iov[0].iov_len ? (uint64_t)n : iov[0].iov_len;
+
+		c->cur_have += k;
+		c->rend += (size_t)n - k;
+	} else {
+		c->rend += (size_t)n;
+	}
+	return n;
+}
+
+static void conn_read(struct nbd_conn *c)
+{
+	ssize_t n;
+
+	/* Cannot happen: every message we wait for whole fits in rbuf. */
+	if (!c->cur && c->rend == c->rcap) {
+		nbd_conn_close(c, "input buffer full");
+		return;
+	}
+	n = conn_recv(c);
+
+	if (n == 0) {
+		log_debug("nbd: client closed its side");
+		nbd_conn_drain(c);
+		return;
+	}
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EINTR)
+			nbd_conn_close(c, errno == ECONNRESET ? "client went away" : "recv failed");
+		return;
+	}
+	nbd_conn_parse(c);
+}
+
+static void conn_fd_cb(struct loop_fd *h, uint32_t revents)
+{
+	struct nbd_conn *c = container_of(h, struct nbd_conn, fdh);
+
+	nbd_conn_get(c);
+	if ((revents & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && c->out_blocked) {
+		c->out_blocked = false;
+		conn_send(c);
+		nbd_conn_unblock(c);
+		if (c->state == NBD_CONN_DRAIN && c->busy == 0)
+			conn_idle(c);
+	}
+	if ((revents & (EPOLLIN | EPOLLERR | EPOLLHUP)) && c->state == NBD_CONN_OPEN &&
+	    !c->in_blocked)
+		conn_read(c);
+	nbd_conn_put(c);
+}
+
+static void conn_timer_cb(struct loop_timer *t)
+{
+	struct nbd_conn *c = container_of(t, struct nbd_conn, timer);
+
+	nbd_conn_get(c);
+	nbd_conn_close(c, "handshake timed out");
+	nbd_conn_put(c);
+}
+
+static void conn_tune_socket(int fd)
+{
+	int one = 1, sz = 4 << 20;
+
+	/* Replies are sent whole, one sendmsg per round: no need for Nagle.
+	 * Fails harmlessly on unix sockets. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+}
+
+int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop, int fd)
+{
+	struct nbd_conn *c = calloc(1, sizeof(*c));
+	int ret = -ENOMEM;
+
+	if (!c || !(c->rbuf = malloc(NBD_HS_RBUF_SIZE)))
+		goto fail;
+	c->rcap = NBD_HS_RBUF_SIZE;
+	c->srv = s;
+	c->slot = slot;
+	c->loop = loop;
+	c->fd = fd;
+	c->refs = 1;
+	c->outq_tail = &c->outq;
+	c->fdh = (struct loop_fd){.fd = fd, .cb = conn_fd_cb};
+	c->flush.cb = conn_flush_cb;
+	c->timer.cb = conn_timer_cb;
+	conn_tune_socket(fd);
+	ret = nbd_handshake_start(c);
+	if (ret < 0)
+		goto fail;
+	c->next = slot->conns;
+	if (c->next)
+		c->next->pprev = &c->next;
+	c->pprev = &slot->conns;
+	slot->conns = c;
+	loop_timer_arm(loop, &c->timer, loop_now_ns() + NBD_HANDSHAKE_NS);
+	conn_set_events(c);
+	nbd_conn_kick(c);
+	return 0;
+
+fail:
+	if (c) {
+		free(c->rbuf);
+		free(c->hbuf);
+	}
+	free(c);
+	close(fd);
+	nbd_server_conn_gone(s, slot);
+	return ret;
+}

@@ -1,0 +1,269 @@
+/* Private parts of the NBD server shared by nbd-server.c (server, listeners,
+ * accept), nbd-conn.c (connection lifetime and socket I/O), nbd-handshake.c
+ * (option haggling) and nbd-transmit.c / nbd-status.c (transmission phase).
+ *
+ * Threading: a struct nbd_conn and its requests are owned by conn->loop's
+ * thread. struct nbd_server fields are written on the main thread before
+ * listening and read-only afterwards, except those marked atomic; a struct
+ * nbd_slot's list belongs to that slot's loop thread. */
+#ifndef IOPLANE_NBD_INT_H
+#define IOPLANE_NBD_INT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/uio.h>
+
+#include "block/block.h"
+#include "export/nbd-proto.h"
+#include "export/nbd-server.h"
+#include "loop/loop.h"
+
+/* ---- tunables ---------------------------------------------------------- */
+
+#define NBD_RBUF_SIZE        (256u << 10) /* socket input buffer in transmission */
+#define NBD_HS_RBUF_SIZE     (68u << 10)  /* ... in the handshake (the largest option fits) */
+#define NBD_MAX_OPT_DATA     (64u << 10)  /* larger options: NBD_REP_ERR_TOO_BIG */
+#define NBD_HBUF_HIGH        (1u << 20)   /* unsent handshake replies: stop reading */
+#define NBD_CONN_MAX_REQS    128          /* requests in flight per connection */
+#define NBD_CONN_MAX_BYTES   (64u << 20)  /* buffer bytes in flight per connection */
+#define NBD_KEEP_BUF         (1u << 20)   /* larger buffers are freed after use */
+#define NBD_SEND_IOV         1024         /* iovecs per sendmsg */
+#define NBD_HANDSHAKE_NS     (30ull * 1000000000ull)
+#define NBD_SPARSE_READ_MIN  (64u << 10)  /* reads this large look for holes first */
+#define NBD_READ_EXTENTS     8            /* content chunks per sparse read */
+#define NBD_STATUS_EXTENTS   64           /* descriptors per block-status reply */
+#define NBD_META_ID_ALLOC    1            /* context id of base:allocation */
+
+/* ---- server ------------------------------------------------------------ */
+
+struct nbd_export {
+	struct nbd_export *next;
+	char *name;
+	char *description; /* NULL: none */
+	struct blk_node *bs;
+	bool writable;
+	enum nbd_detect_zeroes detect_zeroes;
+};
+
+struct nbd_conn;
+
+/* Per-loop bookkeeping: the connections living on one loop. */
+struct nbd_slot {
+	struct nbd_server *srv;
+	_Atomic(struct loop *) loop;
+	atomic_uint nconns;
+	struct nbd_conn *conns; /* owned by the loop's thread */
+	struct loop_msg drain_msg, abort_msg;
+	atomic_bool drain_pending, abort_pending; /* message queued, not yet run */
+};
+
+struct nbd_listener {
+	struct nbd_listener *next;
+	struct loop_fd h;
+	struct nbd_server *srv;
+	char *unix_path; /* unlinked on close */
+};
+
+struct nbd_server {
+	struct loop *main_loop;
+	struct loop **loops;
+	unsigned nloops;
+	unsigned max_connections;
+	struct nbd_export *exports;
+	struct nbd_listener *listeners;
+	struct nbd_slot slots[LOOP_MAX_THREADS];
+
+	atomic_uint nconns;
+	atomic_uint pending_msgs; /* drain/abort messages not yet run by their loop */
+	atomic_bool draining;
+	atomic_bool drained_sent;
+	struct loop_msg drained_msg; /* to main_loop when the last one closes */
+	void (*drained_cb)(void *opaque);
+	void *drained_opaque;
+	uint64_t accepted, refused; /* main thread */
+};
+
+struct nbd_export *nbd_export_find(struct nbd_server *s, const char *name, size_t len);
+/* Transmission flags of an export for a connection with these options. */
+uint16_t nbd_export_tflags(const struct nbd_export *e, bool structured);
+/* Called by a connection when it is freed (its thread). */
+void nbd_server_conn_gone(struct nbd_server *s, struct nbd_slot *slot);
+
+/* ---- requests ---------------------------------------------------------- */
+
+#define NBD_REQ_IOV     (2 * NBD_READ_EXTENTS + 2)
+#define NBD_REQ_HDR     (NBD_READ_EXTENTS * 48)
+
+struct nbd_extent {
+	uint64_t len;
+	uint32_t flags; /* NBD_STATE_* */
+};
+
+struct nbd_req {
+	struct blk_request blk; /* blk.opaque = this */
+	struct nbd_conn *conn;
+	struct nbd_req *next;     /* reply queue */
+	struct nbd_req *all_next; /* every request of the connection */
+
+	uint64_t cookie, offset, len; /* len: effect or payload length */
+	uint16_t type, flags;
+	uint32_t error;  /* NBD_E*, 0: success */
+	const char *msg; /* error message for structured replies (static) */
+	uint8_t stage;   /* multi-step commands (nbd-status.c, trim + FUA) */
+	bool internal;   /* the flush of a connection whose client left: no reply */
+
+	void *buf;
+	size_t buf_cap;
+	struct iovec data_iov;
+	uint64_t acct;     /* bytes counted in conn->busy_bytes */
+	uint64_t done;     /* bytes covered so far (status scans) */
+	unsigned nexts;    /* extents used */
+	unsigned scans;    /* block-status queries made */
+	struct nbd_extent ext[NBD_READ_EXTENTS];
+
+	/* The reply, built when the request finishes. */
+	struct iovec riov[NBD_REQ_IOV];
+	int riovcnt;
+	uint8_t hdr[NBD_REQ_HDR];
+};
+
+/* ---- connections ------------------------------------------------------- */
+
+enum nbd_phase {
+	NBD_PHASE_CLIENT_FLAGS = 0,
+	NBD_PHASE_OPTIONS,
+	NBD_PHASE_TRANSMISSION,
+};
+
+enum nbd_conn_state {
+	NBD_CONN_OPEN = 0, /* reading and writing */
+	NBD_CONN_DRAIN,    /* no more reading; close when every request is answered */
+	NBD_CONN_CLOSED,   /* socket closed; requests still in flight are dropped */
+};
+
+struct nbd_conn {
+	struct nbd_server *srv;
+	struct nbd_slot *slot;
+	struct nbd_conn *next, **pprev; /* slot->conns */
+	struct loop *loop;
+	int fd;
+	unsigned refs; /* 1 while the socket is open + 1 per request taken */
+	enum nbd_conn_state state;
+	enum nbd_phase phase;
+
+	struct loop_fd fdh;
+	uint32_t events;    /* what fdh is armed for (0: not registered) */
+	bool in_blocked;    /* input paused: out of requests or reply backlog */
+	bool out_blocked;   /* socket full: waiting for EPOLLOUT */
+	bool in_parse;      /* re-entrance guard for nbd_conn_parse */
+	struct loop_flush flush;
+	struct loop_timer timer; /* handshake deadline */
+
+	/* Input: bytes [rpos, rend) of rbuf are received and not yet parsed. */
+	uint8_t *rbuf;
+	size_t rpos, rend, rcap;
+	struct nbd_req *cur; /* write whose payload is being received */
+	uint64_t cur_have;
+	uint64_t skip; /* payload bytes to read and drop */
+
+	/* Output: handshake bytes [hoff, hlen) of hbuf, then the reply queue. */
+	uint8_t *hbuf;
+	size_t hoff, hlen, hcap;
+	struct nbd_req *outq, **outq_tail;
+
+	/* Negotiated in the handshake. */
+	bool no_zeroes, structured, extended;
+	bool meta_alloc;              /* base:allocation selected ... */
+	struct nbd_export *meta_exp;  /* ... for this export */
+	struct nbd_export *exp;       /* transmission: the export */
+	uint16_t tflags;
+
+	/* Transmission. */
+	struct nbd_req *all_reqs, **free_reqs;
+	unsigned nreqs, nfree;
+	unsigned busy;       /* requests taken, not yet answered */
+	uint64_t busy_bytes; /* their buffer bytes */
+	bool dirty;          /* a write finished since the last flush */
+	uint64_t nrequests;
+	unsigned io_errors;  /* block-layer errors seen (the first few are logged) */
+};
+
+/* nbd-conn.c */
+int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop, int fd);
+/* Entering transmission: the input buffer grows to NBD_RBUF_SIZE. */
+int nbd_conn_grow_rbuf(struct nbd_conn *c);
+void nbd_conn_get(struct nbd_conn *c);
+void nbd_conn_put(struct nbd_conn *c);
+/* Stop reading; close once every request has been answered. */
+void nbd_conn_drain(struct nbd_conn *c);
+/* Close the socket now; requests in flight finish without replies. */
+void nbd_conn_close(struct nbd_conn *c, const char *why);
+int nbd_conn_hbuf_append(struct nbd_conn *c, const void *p, size_t len);
+/* Queue a finished request's reply (riov) and schedule the round's send. */
+void nbd_conn_queue_reply(struct nbd_conn *c, struct nbd_req *r);
+void nbd_conn_kick(struct nbd_conn *c); /* schedule a send of hbuf */
+/* Input may continue (requests or output space became free). */
+void nbd_conn_unblock(struct nbd_conn *c);
+/* A request was released (c->busy went down). */
+void nbd_conn_request_done(struct nbd_conn *c);
+void nbd_conn_parse(struct nbd_conn *c);
+
+/* nbd-handshake.c: consume options from rbuf. Returns 0, or -errno when the
+ * connection must be closed. */
+int nbd_handshake_start(struct nbd_conn *c);
+int nbd_handshake_input(struct nbd_conn *c);
+
+/* nbd-transmit.c: consume requests from rbuf; same return convention. */
+int nbd_transmit_input(struct nbd_conn *c);
+struct nbd_req *nbd_req_take(struct nbd_conn *c);
+void nbd_req_release(struct nbd_req *r);
+void nbd_req_free_all(struct nbd_conn *c);
+/* Finish a request: build its reply and queue it (or drop it if closed). */
+void nbd_req_finish(struct nbd_req *r);
+void nbd_req_fail(struct nbd_req *r, uint32_t err, const char *msg);
+/* A block-layer error: log it (the first few per connection) and fail. */
+void nbd_req_io_failed(struct nbd_req *r, int ret);
+int nbd_req_buf(struct nbd_req *r, size_t len);
+uint32_t nbd_errno_to_nbd(int err);
+int nbd_req_submit(struct nbd_req *r, uint8_t op, uint32_t flags, uint64_t off, uint64_t len);
+
+/* nbd-status.c: block-status replies and hole-aware reads. */
+void nbd_status_start(struct nbd_req *r);
+void nbd_read_start(struct nbd_req *r);
+void nbd_status_blk_done(struct nbd_req *r, int ret);
+void nbd_build_read_reply(struct nbd_req *r);
+void nbd_build_status_reply(struct nbd_req *r);
+/* Reply headers (structured or extended as negotiated; simple). */
+size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t type,
+			 uint64_t len);
+size_t nbd_put_simple_hdr(struct nbd_req *r, uint8_t *p, uint32_t err);
+
+/* Big-endian stores/loads on unaligned bytes. */
+static inline void nbd_put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+static inline void nbd_put32(uint8_t *p, uint32_t v)
+{
+	nbd_put16(p, (uint16_t)(v >> 16));
+	nbd_put16(p + 2, (uint16_t)v);
+}
+static inline void nbd_put64(uint8_t *p, uint64_t v)
+{
+	nbd_put32(p, (uint32_t)(v >> 32));
+	nbd_put32(p + 4, (uint32_t)v);
+}
+static inline uint16_t nbd_get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static inline uint32_t nbd_get32(const uint8_t *p)
+{
+	return (uint32_t)nbd_get16(p) << 16 | nbd_get16(p + 2);
+}
+static inline uint64_t nbd_get64(const uint8_t *p)
+{
+	return (uint64_t)nbd_get32(p) << 32 | nbd_get32(p + 4);
+}
+
+#endif

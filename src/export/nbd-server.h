@@ -1,0 +1,79 @@
+/* NBD server: exports block nodes over the NBD protocol (fixed newstyle
+ * handshake, structured replies, extended headers, base:allocation).
+ *
+ * Threading: a server is created, configured, drained and freed on the main
+ * thread, whose loop accepts connections. Each connection then lives on one
+ * loop (an iothread's) for its whole life; connections are spread over the
+ * loops given in the configuration. Exports are immutable once the server
+ * listens. */
+#ifndef IOPLANE_NBD_SERVER_H
+#define IOPLANE_NBD_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct blk_node;
+struct loop;
+struct nbd_server;
+
+struct nbd_server_config {
+	struct loop *main_loop; /* accepts connections; the caller's thread runs it */
+	struct loop **loops;    /* connections are spread over these (may be main_loop) */
+	unsigned nloops;
+	unsigned max_connections; /* 0: unlimited */
+};
+
+/* Zero detection on writes (detect-zeroes=): a write whose payload is all
+ * zeroes becomes a write-zeroes, which may deallocate with UNMAP. */
+enum nbd_detect_zeroes {
+	NBD_DETECT_ZEROES_OFF = 0,
+	NBD_DETECT_ZEROES_ON,
+	NBD_DETECT_ZEROES_UNMAP,
+};
+
+struct nbd_export_config {
+	const char *name;        /* as clients ask for it ("" allowed) */
+	const char *description; /* NULL: none */
+	struct blk_node *bs;
+	bool writable;           /* the node must not be read-only */
+	enum nbd_detect_zeroes detect_zeroes;
+};
+
+int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out);
+/* Before listening. -EEXIST (duplicate name), -EROFS (writable on a read-only
+ * node), -EINVAL (name too long). err gets a human message. */
+int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *e, char *err,
+			  size_t errlen);
+/* Listen on a unix socket created with permissions `mode` (a stale socket at
+ * PATH is replaced), or on every address HOST:PORT resolves to. */
+int nbd_server_listen_unix(struct nbd_server *s, const char *path, mode_t mode, char *err,
+			   size_t errlen);
+int nbd_server_listen_tcp(struct nbd_server *s, const char *host, const char *port, char *err,
+			  size_t errlen);
+/* Serve an already connected socket (takes ownership of fd) on `loop`, which
+ * must be the calling thread's loop. Used by tests and the fuzz target. */
+int nbd_server_attach_fd(struct nbd_server *s, struct loop *loop, int fd);
+
+/* Stop accepting: close the listening sockets and remove unix socket files. */
+void nbd_server_stop_listening(struct nbd_server *s);
+/* Every connection stops reading, finishes its in-flight requests, sends
+ * their replies and closes; connections still in the handshake close at
+ * once. done(opaque) then runs on the main loop, in a later round. */
+void nbd_server_drain(struct nbd_server *s, void (*done)(void *opaque), void *opaque);
+/* Drop every connection now (their in-flight requests still complete; their
+ * replies are discarded). Use after a drain took too long. */
+void nbd_server_abort(struct nbd_server *s);
+unsigned nbd_server_connections(const struct nbd_server *s);
+/* Main thread, no connection left and no message of ours pending in a loop:
+ * after the drain callback ran, or once the loops are gone. */
+void nbd_server_free(struct nbd_server *s);
+
+/* Fuzz entry point: feeds `data` as one client's byte stream through the
+ * handshake and transmission phases of a connection over a socketpair
+ * (exports "null", read-only, and "rw", writable). Never crashes, leaks or
+ * hangs on any input; returns 0. */
+int nbd_fuzz_one(const uint8_t *data, size_t len);
+
+#endif
