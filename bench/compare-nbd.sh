@@ -1,0 +1,289 @@
+#!/bin/bash
+# NBD servers side by side: ioplane vs qemu-storage-daemon vs nbdkit, null and raw-file
+# backends, driven by fio's nbd engine on a unix socket (4 KiB random reads, one
+# connection, queue depth 1 and 64). Per server it measures IOPS, server CPU time per I/O
+# (utime+stime of the whole server process from /proc/PID/stat, before/after the run,
+# divided by the I/Os fio completed) and, in a separate fixed-count run at depth 64 under
+# `strace -c -f -p PID`, server system calls per I/O. Runs alternate between servers;
+# each number is the median of --reps runs. Prints a table, then ioplane/qsd ratios
+# against the targets of issue 3 (CPU <= 0.5x qsd, syscalls/IO <= 1.0, IOPS >= qsd).
+#
+#   bench/compare-nbd.sh [--runtime S] [--reps N] [--servers "ioplane qsd nbdkit"]
+#                        [--backends "null file"] [--depths "1 64"] [--strace-ios N]
+#                        [--file PATH] [--direct] [--qsd-iothread] [--quick] [--strict]
+#
+# Fairness: one connection, served by one I/O thread where the server has a choice
+# (ioplane --iothreads 1; nbdkit keeps its default thread pool, which it needs to run
+# requests in parallel). qsd serves from its main loop: an iothread would be fairer, but
+# qemu-storage-daemon 7.2 aborts when a client of an NBD export bound to an iothread
+# disconnects ("nbd_blockdev_client_closed: Assertion `qemu_in_main_thread() &&
+# nbd_server' failed"), so --qsd-iothread is off by default. The file backend reads a 1 GiB
+# fully allocated file through the page cache (cache=writeback / cache.direct=off,
+# io_uring for ioplane and qsd) so that the server's own cost is what is measured;
+# --direct uses O_DIRECT for ioplane and qsd instead (nbdkit's file plugin stays
+# buffered). qsd's file node is the bare protocol driver (no raw format layer on top),
+# which is its cheapest configuration. The null backends do not fill read buffers
+# (read-zeroes off) except nbdkit's null plugin, which always does.
+# A benchmark, not a test: exit 0 whether targets are met or not (--strict: exit 1 if
+# one is missed); exit 2 on bad usage, 1 when a server or client fails.
+set -euo pipefail
+
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IOPLANE=${IOPLANE:-$src/build/ioplane}
+runtime=10
+reps=3
+servers="ioplane qsd nbdkit"
+backends="null file"
+depths="1 64"
+strace_ios=20000
+file=
+direct=0
+strict=0
+qsd_iot=()
+qsd_exp=
+
+usage() {
+	sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" >&2
+	exit 2
+}
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--runtime) runtime=${2:?}; shift ;;
+	--reps) reps=${2:?}; shift ;;
+	--servers) servers=${2:?}; shift ;;
+	--backends) backends=${2:?}; shift ;;
+	--depths) depths=${2:?}; shift ;;
+	--strace-ios) strace_ios=${2:?}; shift ;;
+	--file) file=${2:?}; shift ;;
+	--direct) direct=1 ;;
+	--qsd-iothread) qsd_iot=(--object iothread,id=iot0); qsd_exp=,iothread=iot0 ;;
+	--quick) runtime=3; reps=1; strace_ios=5000 ;;
+	--strict) strict=1 ;;
+	-h | --help) usage ;;
+	*) echo "compare-nbd.sh: unknown argument $1" >&2; usage ;;
+	esac
+	shift
+done
+[[ "$runtime" =~ ^[0-9]+$ && "$reps" =~ ^[0-9]+$ && "$strace_ios" =~ ^[0-9]+$ ]] || usage
+
+need() {
+	command -v "$1" >/dev/null || { echo "compare-nbd.sh: $1 is not installed" >&2; exit 1; }
+}
+need fio
+need python3
+fio --enghelp 2>/dev/null | grep -qw nbd || { echo "fio lacks the nbd engine" >&2; exit 1; }
+for s in $servers; do
+	case $s in
+	ioplane) [ -x "$IOPLANE" ] || { echo "no $IOPLANE (build first)" >&2; exit 1; } ;;
+	qsd) need qemu-storage-daemon ;;
+	nbdkit) need nbdkit ;;
+	*) echo "unknown server $s" >&2; usage ;;
+	esac
+done
+have_strace=1
+command -v strace >/dev/null || have_strace=0
+
+tmp=$(mktemp -d /tmp/compare-nbd.XXXXXX)
+sock=$tmp/nbd.sock
+results=$tmp/results
+spid=
+
+cleanup() {
+	[ -n "$spid" ] && kill -KILL "$spid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if [[ " $backends " == *" file "* ]] && [ -z "$file" ]; then
+	file=$tmp/disk.img
+	echo "creating a 1 GiB file $file" >&2
+	dd if=/dev/zero of="$file" bs=1M count=1024 status=none conv=fsync
+fi
+
+# server_cmd SERVER BACKEND: the command line (array srv).
+server_cmd() {
+	local cache=writeback qcache=off
+	[ $direct = 1 ] && cache=none qcache=on
+	case "$1/$2" in
+	ioplane/null) srv=("$IOPLANE" serve --iothreads 1 --image e0,driver=null,size=1G
+		--nbd "unix=$sock,image=e0") ;;
+	ioplane/file) srv=("$IOPLANE" serve --iothreads 1
+		--image "e0,file=$file,format=raw,cache=$cache,aio=io_uring"
+		--nbd "unix=$sock,image=e0") ;;
+	qsd/null) srv=(qemu-storage-daemon "${qsd_iot[@]}"
+		--blockdev driver=null-co,node-name=n0,size=1073741824
+		--nbd-server "addr.type=unix,addr.path=$sock"
+		--export "type=nbd,id=e0,node-name=n0,name=e0$qsd_exp") ;;
+	qsd/file) srv=(qemu-storage-daemon "${qsd_iot[@]}"
+		--blockdev "driver=file,node-name=n0,filename=$file,aio=io_uring,cache.direct=$qcache"
+		--nbd-server "addr.type=unix,addr.path=$sock"
+		--export "type=nbd,id=e0,node-name=n0,name=e0$qsd_exp") ;;
+	nbdkit/null) srv=(nbdkit -f -U "$sock" null 1G) ;;
+	nbdkit/file) srv=(nbdkit -f -U "$sock" file "$file") ;;
+	esac
+}
+
+listening() {
+	awk -v p="$1" '$NF == p && $4 == "00010000" { f = 1 } END { exit !f }' /proc/net/unix
+}
+
+start_server() {
+	local i
+	rm -f "$sock"
+	server_cmd "$1" "$2"
+	"${srv[@]}" </dev/null >"$tmp/server.log" 2>&1 &
+	spid=$!
+	for ((i = 0; i < 300; i++)); do
+		listening "$sock" && return 0
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "compare-nbd.sh: $1/$2 did not start: ${srv[*]}" >&2
+	cat "$tmp/server.log" >&2
+	exit 1
+}
+
+stop_server() {
+	local i
+	kill -TERM "$spid" 2>/dev/null || true
+	for ((i = 0; i < 200; i++)); do
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -KILL "$spid" 2>/dev/null || true
+	wait "$spid" 2>/dev/null || true
+	spid=
+}
+
+# cpu_ticks PID: utime+stime of every thread of the process, in clock ticks.
+cpu_ticks() {
+	# Field 2 (comm) may hold spaces: count fields after the closing parenthesis.
+	sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
+}
+
+# run_fio DEPTH EXTRA...: print "ios iops" of one fio run on the server's socket.
+run_fio() {
+	local depth=$1 out
+	shift
+	out=$(cd "$tmp" && fio --name=bench --ioengine=nbd \
+		--uri="nbd+unix:///e0?socket=$sock" --rw=randread --bs=4k --size=1G \
+		--iodepth="$depth" --numjobs=1 --randrepeat=0 --output-format=json "$@") || {
+		echo "compare-nbd.sh: fio failed: $out" >&2
+		exit 1
+	}
+	python3 -c 'import json, sys
+s = sys.argv[1]
+j = json.loads(s[s.index("{"):])["jobs"][0]
+if j["error"]:
+    sys.exit("fio error %d" % j["error"])
+print(j["read"]["total_ios"], j["read"]["iops"])' "$out"
+}
+
+# measure SERVER BACKEND DEPTH: one timed run; appends "cpu_us" and "iops" results.
+measure() {
+	local t0 t1 ios iops hz
+	hz=$(getconf CLK_TCK)
+	t0=$(cpu_ticks "$spid")
+	read -r ios iops < <(run_fio "$3" --time_based --runtime="$runtime")
+	t1=$(cpu_ticks "$spid")
+	echo "$2 $1 $3 iops $iops" >>"$results"
+	echo "$2 $1 $3 cpu_us $(python3 -c "print(($t1 - $t0) * 1e6 / $hz / max($ios, 1))")" \
+		>>"$results"
+	printf '  %-8s %-5s depth %-3s %10.0f IOPS %8.2f us CPU/IO\n' "$1" "$2" "$3" "$iops" \
+		"$(python3 -c "print(($t1 - $t0) * 1e6 / $hz / max($ios, 1))")" >&2
+}
+
+# count_syscalls SERVER BACKEND: fixed number of I/Os at depth 64 under strace -c -f.
+count_syscalls() {
+	local st ios iops calls i tasks
+	strace -c -f -o "$tmp/strace.out" -p "$spid" 2>"$tmp/strace.err" &
+	st=$!
+	# Wait until every thread of the server is traced.
+	for ((i = 0; i < 200; i++)); do
+		tasks=$(grep -h '^TracerPid:' /proc/"$spid"/task/*/status 2>/dev/null |
+			awk '$2 == 0 { n++ } END { print n + 0 }')
+		[ "$tasks" = 0 ] && break
+		sleep 0.05
+	done
+	read -r ios iops < <(run_fio 64 --number_ios="$strace_ios")
+	kill -INT $st
+	wait $st || true
+	# The "total" line: % time, seconds, usecs/call, calls, [errors,] "total".
+	calls=$(awk '$NF == "total" { print $4 }' "$tmp/strace.out")
+	[ -n "$calls" ] || { echo "no strace summary" >&2; cat "$tmp/strace.err" >&2; exit 1; }
+	echo "$2 $1 64 syscalls $(python3 -c "print($calls / max($ios, 1))")" >>"$results"
+	printf '  %-8s %-5s depth 64  %10s calls  %8s I/Os under strace; most: %s\n' "$1" "$2" \
+		"$calls" "$ios" "$(awk '$NF != "total" && $4 ~ /^[0-9]+$/ { print $4, $NF }' \
+		"$tmp/strace.out" | sort -rn | head -n 3 | awk '{ printf "%s %s ", $2, $1 }')" >&2
+}
+
+: >"$results"
+echo "runtime ${runtime}s, $reps reps, depths $depths, servers: $servers" >&2
+for ((rep = 0; rep < reps; rep++)); do
+	# Rotate the server order every repetition so that no server always goes first.
+	read -r -a order <<<"$servers"
+	order=("${order[@]:rep % ${#order[@]}}" "${order[@]:0:rep % ${#order[@]}}")
+	for b in $backends; do
+		for s in "${order[@]}"; do
+			echo "rep $((rep + 1))/$reps: $s $b" >&2
+			start_server "$s" "$b"
+			for d in $depths; do
+				measure "$s" "$b" "$d"
+			done
+			[ $have_strace = 1 ] && count_syscalls "$s" "$b"
+			stop_server
+		done
+	done
+done
+
+python3 - "$results" "$strict" <<'EOF'
+import collections, statistics, sys
+
+vals = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    b, s, d, metric, v = line.split()
+    vals[(b, s, int(d), metric)].append(float(v))
+med = {k: statistics.median(v) for k, v in vals.items()}
+backends = sorted({k[0] for k in med}, key=["null", "file"].index)
+servers = [s for s in ("ioplane", "qsd", "nbdkit") if any(k[1] == s for k in med)]
+depths = sorted({k[2] for k in med})
+
+def get(b, s, d, m):
+    return med.get((b, s, d, m))
+
+def fmt(v, f):
+    return "-" if v is None else f % v
+
+print("%-5s %-8s %5s %12s %12s %12s" % ("bknd", "server", "depth", "IOPS", "CPU us/IO",
+                                        "syscalls/IO"))
+for b in backends:
+    for s in servers:
+        for d in depths:
+            print("%-5s %-8s %5d %12s %12s %12s" % (
+                b, s, d, fmt(get(b, s, d, "iops"), "%.0f"),
+                fmt(get(b, s, d, "cpu_us"), "%.2f"),
+                fmt(get(b, s, d, "syscalls"), "%.2f")))
+
+missed = 0
+if "ioplane" in servers and "qsd" in servers:
+    print("\nioplane vs qemu-storage-daemon at depth 64 (median of %d):"
+          % len(next(iter(vals.values()))))
+    for b in backends:
+        checks = []
+        c_i, c_q = get(b, "ioplane", 64, "cpu_us"), get(b, "qsd", 64, "cpu_us")
+        if c_i is not None and c_q:
+            checks.append(("CPU/IO ioplane/qsd", c_i / c_q, "<=", 0.5))
+        sc = get(b, "ioplane", 64, "syscalls")
+        if sc is not None:
+            checks.append(("syscalls/IO ioplane", sc, "<=", 1.0))
+        i_i, i_q = get(b, "ioplane", 64, "iops"), get(b, "qsd", 64, "iops")
+        if i_i is not None and i_q:
+            checks.append(("IOPS ioplane/qsd", i_i / i_q, ">=", 1.0))
+        for name, v, op, target in checks:
+            ok = v <= target if op == "<=" else v >= target
+            missed += not ok
+            print("  %-5s %-22s %6.2f  (target %s %.1f)  %s"
+                  % (b, name, v, op, target, "met" if ok else "MISSED"))
+sys.exit(1 if missed and sys.argv[2] == "1" else 0)
+EOF

@@ -1,0 +1,85 @@
+#!/bin/bash
+# `ioplane serve` command line: --help lists every option and key with examples (exit 0);
+# each bad argument gets exactly one line on stderr and exit status 2, promptly, with no
+# socket left listening; an image that cannot be opened fails start-up with a message.
+. "$(dirname "$0")/nbd-lib.sh"
+
+[ -z "$NBD_TEST_PEER" ] || skip "the command line is ioplane's own"
+nbd_need_ioplane
+
+sock=$NBD_TMP/nbd.sock
+img=$NBD_TMP/disk.img
+truncate -s 1M "$img"
+
+# --help: exit 0, on stdout, mentions all the forms of the issue.
+out=$(timeout 10 "$IOPLANE" serve --help 2>"$NBD_TMP/help.err") ||
+	fail "serve --help: exit status $?"
+echo "$out"
+for w in --iothreads --pidfile --max-connections --image --nbd file= format=raw cache=none \
+	writeback aio=io_uring native threads read-only=on discard=unmap ignore \
+	detect-zeroes= driver=null size= latency-ns= read-zeroes= unix= tcp= image= name= \
+	writable=on description=; do
+	grep -qF -- "$w" <<<"$out" || fail "serve --help does not mention '$w'"
+done
+grep -qi example <<<"$out" || fail "serve --help has no examples"
+[ "$(grep -c 'ioplane serve' <<<"$out")" -ge 2 ] || fail "serve --help: fewer than 2 examples"
+
+# bad STATUS WORD ARGS...: exactly one line on stderr, naming the culprit (WORD: an ERE), exit
+# STATUS, promptly, and no listener left behind. STATUS "any": non-zero, any message size.
+bad() {
+	local want=$1 word=$2 rc=0 n
+	shift 2
+	timeout 10 "$IOPLANE" serve "$@" >"$NBD_TMP/out" 2>"$NBD_TMP/err" </dev/null || rc=$?
+	[ $rc -ne 124 ] || fail "serve $*: still running after 10s"
+	n=$(grep -c . "$NBD_TMP/err" || true)
+	echo "serve $* -> $rc: $(head -n 3 "$NBD_TMP/err")"
+	if [ "$want" = any ]; then
+		[ $rc -ne 0 ] || fail "serve $*: exit 0"
+	else
+		[ $rc -eq "$want" ] || fail "serve $*: exit $rc, expected $want"
+		[ "$n" -eq 1 ] || fail "serve $*: $n lines on stderr, expected one"
+	fi
+	grep -qiE -- "$word" "$NBD_TMP/err" || fail "serve $*: the message does not name /$word/"
+	! nbd_unix_listening "$sock" || fail "serve $*: socket left listening"
+}
+
+N=d0,driver=null,size=1G
+E=unix=$sock,image=d0
+F=d0,file=$img
+bad 2 --bogus --bogus
+bad 2 --iothreads --iothreads
+bad 2 abc --iothreads abc --image $N --nbd "$E"
+bad 2 -1 --iothreads -1 --image $N --nbd "$E"
+bad 2 -1 --max-connections -1 --image $N --nbd "$E"
+bad 2 "lots|max-connections" --max-connections lots --image $N --nbd "$E"
+bad 2 --image --image
+bad 2 size --image d0,driver=null --nbd "$E"
+bad 2 "12Q|size" --image d0,driver=null,size=12Q --nbd "$E"
+bad 2 floppy --image d0,driver=floppy,size=1G --nbd "$E"
+bad 2 colour --image "$N,colour=blue" --nbd "$E"
+bad 2 "soon|latency-ns" --image "$N,latency-ns=soon" --nbd "$E"
+bad 2 "perhaps|read-zeroes" --image "$N,read-zeroes=perhaps" --nbd "$E"
+bad 2 d0 --image $N --image d0,driver=null,size=2G --nbd "$E"
+bad 2 "sometimes|cache" --image "$F,cache=sometimes" --nbd "$E"
+bad 2 "fast|aio" --image "$F,aio=fast" --nbd "$E"
+bad 2 "bogus|format" --image "$F,format=bogus" --nbd "$E"
+bad 2 "maybe|discard" --image "$F,discard=maybe" --nbd "$E"
+bad 2 "maybe|detect-zeroes" --image "$F,detect-zeroes=maybe" --nbd "$E"
+bad 2 "sometimes|read-only" --image "$F,read-only=sometimes" --nbd "$E"
+bad 2 nosuch --image $N --nbd "unix=$sock,image=nosuch"
+bad 2 "unix|tcp" --image $N --nbd image=d0
+bad 2 image --image $N --nbd "unix=$sock"
+bad 2 "maybe|writable" --image $N --nbd "$E,writable=maybe"
+bad 2 colour --image $N --nbd "$E,colour=blue"
+bad 2 99999 --image $N --nbd tcp=127.0.0.1:99999,image=d0
+bad 2 127.0.0.1 --image $N --nbd tcp=127.0.0.1,image=d0
+bad 2 port --image $N --nbd tcp=127.0.0.1:port,image=d0
+bad 2 d0 --image $N --nbd "$E" --nbd "$E"
+bad 2 stray --image $N --nbd "$E" stray-argument
+# Not a syntax error, but start-up must fail cleanly with a message naming the file.
+bad any does-not-exist --image d0,file="$NBD_TMP/does-not-exist.img" --nbd "$E"
+
+# A good command line still works after all that (the checks above were not vacuous).
+nbd_serve --image $N --nbd "$E"
+nbd_stop
+echo PASS
