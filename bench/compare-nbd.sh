@@ -6,7 +6,7 @@
 # divided by the I/Os fio completed) and, in a separate fixed-count run at depth 64 under
 # `strace -c -f -p PID`, server system calls per I/O. Runs alternate between servers;
 # each number is the median of --reps runs. Prints a table, then ioplane/qsd ratios
-# against the targets of issue 3 (CPU <= 0.5x qsd, syscalls/IO <= 1.0, IOPS >= qsd).
+# against ioplane's targets (CPU <= 0.5x qsd, syscalls/IO <= 1.0, IOPS >= qsd).
 #
 #   bench/compare-nbd.sh [--runtime S] [--reps N] [--servers "ioplane qsd nbdkit"]
 #                        [--backends "null file"] [--depths "1 64"] [--strace-ios N]

@@ -11,7 +11,7 @@ sock=$NBD_TMP/nbd.sock
 img=$NBD_TMP/disk.img
 truncate -s 1M "$img"
 
-# --help: exit 0, on stdout, mentions all the forms of the issue.
+# --help: exit 0, on stdout, mentions every documented option form.
 out=$(timeout 10 "$IOPLANE" serve --help 2>"$NBD_TMP/help.err") ||
 	fail "serve --help: exit status $?"
 echo "$out"
