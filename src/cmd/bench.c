@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "block/block.h"
+#include "cmd/bench-vhost.h"
 #include "cmd/cmd.h"
 #include "loop/loop.h"
 #include "util/clock.h"
@@ -245,7 +246,9 @@ static void bench_usage(FILE *f)
 		"Defaults: -c 75000 -d 64 -s 4096 -S buffer_size -o 0 -t writeback -i io_uring\n"
 		"-t: none|writeback|writethrough|directsync|unsafe   -n: same as -i native\n"
 		"--random: uniform random offsets aligned to buffer_size from offset on\n"
-		"--poll-max-ns: the loop's adaptive polling limit (0: no polling)\n");
+		"--poll-max-ns: the loop's adaptive polling limit (0: no polling)\n"
+		"ioplane bench --vhost-user SOCKET [--num-queues N] ...: drive a vhost-user-blk\n"
+		"        back-end instead (ioplane bench --vhost-user x --help)\n");
 }
 
 /* An integer option in [min, max] (decimal or 0x); message like qemu-img. */
@@ -681,6 +684,10 @@ int cmd_bench(int argc, char **argv)
 	struct loop *loop = NULL;
 	int ret, status = 1;
 
+	/* A vhost-user front-end instead of a block node (bench-vhost.c). */
+	for (ret = 1; ret < argc; ret++)
+		if (!strncmp(argv[ret], "--vhost-user", 12))
+			return cmd_bench_vhost(argc, argv);
 	ret = bench_parse(argc, argv, &o);
 	if (ret)
 		return ret > 0 ? 0 : 1;

@@ -21,6 +21,7 @@
 
 #include "block/block.h"
 #include "cmd/cmd.h"
+#include "cmd/serve-vhost.h"
 #include "export/nbd-server.h"
 #include "loop/iothread.h"
 #include "loop/loop.h"
@@ -48,8 +49,9 @@ struct serve_nbd {
 struct serve {
 	unsigned niothreads, max_conns;
 	const char *pidfile;
-	char **image_args, **nbd_args;
-	unsigned nimages, nnbd;
+	char **image_args, **nbd_args, **vhost_args;
+	unsigned nimages, nnbd, nvhost;
+	struct serve_vhost *vhost; /* --vhost-user-blk exports (serve-vhost.c) */
 	struct serve_image *images;
 	struct serve_nbd *nbds;
 	struct iothread **threads;
@@ -74,8 +76,10 @@ static void serve_usage(FILE *f)
 		"         --image ID,driver=null,size=SIZE[,latency-ns=NS][,read-zeroes=on]\n"
 		"         --nbd unix=PATH|tcp=HOST:PORT,image=ID[,name=NAME][,writable=on]\n"
 		"               [,description=TEXT][,mode=OCTAL]\n"
+		"         --vhost-user-blk unix=PATH,image=ID[,num-queues=N][,writable=on]\n"
+		"               [,logical-block-size=512|4096][,serial=TEXT][,mode=OCTAL]\n"
 		"\n"
-		"Serves disk images over NBD until SIGTERM or SIGINT, then\n"
+		"Serves disk images over NBD and vhost-user-blk until SIGTERM or SIGINT, then\n"
 		"finishes the requests in flight, flushes, closes the images and exits 0.\n"
 		"\n"
 		"  --image SPEC           open an image (several allowed); ID names it\n"
@@ -84,6 +88,10 @@ static void serve_usage(FILE *f)
 		"                         name defaults to the image ID; exports are read-only\n"
 		"                         unless writable=on; unix sockets are created with\n"
 		"                         mode 0600 unless mode= says otherwise\n"
+		"  --vhost-user-blk SPEC  export an image to a VM (QEMU vhost-user-blk-pci,\n"
+		"                         cloud-hypervisor) on a unix socket, one front-end at a\n"
+		"                         time; num-queues defaults to the CPU count; read-only\n"
+		"                         unless writable=on (several allowed)\n"
 		"  --iothreads N          threads serving connections (default: CPU count)\n"
 		"  --max-connections N    connections per listening address (default: no limit)\n"
 		"  --pidfile FILE         write the process ID there once listening\n"
@@ -126,6 +134,7 @@ static const struct option serve_long_opts[] = {
 	{"max-connections", required_argument, NULL, 'm'},
 	{"image", required_argument, NULL, 'i'},
 	{"nbd", required_argument, NULL, 'n'},
+	{"vhost-user-blk", required_argument, NULL, 'u'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"help", no_argument, NULL, 'h'},
@@ -153,6 +162,9 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'n':
 		sv->nbd_args[sv->nnbd++] = (char *)arg;
 		return -1;
+	case 'u':
+		sv->vhost_args[sv->nvhost++] = (char *)arg;
+		return -1;
 	case 'v':
 		log_set_level(LOG_DEBUG);
 		return -1;
@@ -175,7 +187,8 @@ static int serve_parse(struct serve *sv, int argc, char **argv)
 
 	sv->image_args = calloc((size_t)argc, sizeof(char *));
 	sv->nbd_args = calloc((size_t)argc, sizeof(char *));
-	if (!sv->image_args || !sv->nbd_args)
+	sv->vhost_args = calloc((size_t)argc, sizeof(char *));
+	if (!sv->image_args || !sv->nbd_args || !sv->vhost_args)
 		return 1;
 	opterr = 0;
 	optind = 1;
@@ -186,8 +199,8 @@ static int serve_parse(struct serve *sv, int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
-	if (!sv->nnbd)
-		return usage_error("%s", "nothing to serve: give at least one --nbd");
+	if (!sv->nnbd && !sv->nvhost)
+		return usage_error("%s", "nothing to serve: give at least one --nbd or --vhost-user-blk");
 	if (!sv->niothreads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -577,6 +590,7 @@ static void begin_shutdown(struct serve *sv, int sig)
 	for (i = 0; i < sv->nservers; i++)
 		nbd_server_stop_listening(sv->servers[i]);
 	sv->draining = sv->nservers;
+	sv->draining += serve_vhost_stop(sv->vhost, server_drained, sv);
 	sv->drain_timer.cb = drain_timeout;
 	loop_timer_arm(sv->main_loop, &sv->drain_timer, loop_now_ns() + DRAIN_TIMEOUT_NS);
 	for (i = 0; i < sv->nservers; i++)
@@ -647,6 +661,7 @@ static void serve_teardown(struct serve *sv, bool pidfile_written, int *status)
 {
 	/* Iothreads first: every message they were sent has run once joined. */
 	stop_iothreads(sv);
+	serve_vhost_free(sv->vhost);
 	free_nbd(sv);
 	close_images(sv, status);
 	if (sv->sig_h.fd > 0) {
@@ -656,6 +671,13 @@ static void serve_teardown(struct serve *sv, bool pidfile_written, int *status)
 	if (pidfile_written)
 		unlink(sv->pidfile);
 	loop_free(sv->main_loop);
+}
+
+static struct blk_node *vhost_find_image(void *ctx, const char *id)
+{
+	struct serve_image *img = find_image(ctx, id);
+
+	return img ? img->bs : NULL;
 }
 
 static int serve_run(struct serve *sv, const sigset_t *set)
@@ -674,6 +696,9 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 	if (status < 0)
 		status = setup_nbd(sv);
 	if (status < 0)
+		status = serve_vhost_start(sv->vhost_args, sv->nvhost, vhost_find_image, sv,
+					   sv->main_loop, sv->loops, sv->nthreads, &sv->vhost);
+	if (status < 0)
 		status = setup_signals(sv, set);
 	if (status < 0 && sv->pidfile) {
 		status = write_pidfile(sv->pidfile);
@@ -681,7 +706,7 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 	}
 	if (status < 0) {
 		/* Connections are accepted from here on, by the main loop. */
-		log_info("serving %u export(s) with %u iothread(s)", sv->nnbd,
+		log_info("serving %u export(s) with %u iothread(s)", sv->nnbd + sv->nvhost,
 			 sv->nthreads);
 		loop_run(sv->main_loop);
 		status = 0;
@@ -706,6 +731,7 @@ int cmd_serve(int argc, char **argv)
 	}
 	free(sv->image_args);
 	free(sv->nbd_args);
+	free(sv->vhost_args);
 	free(sv);
 	return status;
 }

@@ -1,0 +1,280 @@
+#!/bin/bash
+# vhost-user-blk back-ends side by side: ioplane vs qemu-storage-daemon, the same client
+# (`ioplane bench --vhost-user`, a real vhost-user front-end with memfd guest memory) for
+# both, in one invocation. Null and raw-file backends, 4 KiB random reads, depth 1 and 64,
+# 1 and 2 queues. Per server it measures IOPS, server CPU time per I/O (utime+stime of the
+# whole server process from /proc/PID/stat before/after a run, divided by the requests)
+# and, in a separate run at depth 64 under `strace -c -f -p PID`, server system calls per
+# I/O. Then the time from connect() until every queue has answered a request, for 1, 16,
+# 64 and 256 queues (both servers export 256). Runs alternate between servers; each
+# number is the median of --reps runs. Prints tables and the ioplane/qsd ratios against
+# ioplane's targets: CPU/IO <= 0.5x qsd, IOPS at depth 64 >= 1.5x, syscalls/IO at depth
+# 64 <= 0.2, 256 queues ready in <= 20 ms and setup time linear in the queue count.
+#
+#   bench/compare-vhost-user.sh [--count N] [--reps N] [--backends "null file"]
+#        [--depths "1 64"] [--queues "1 2"] [--setup-queues "1 16 64 256"]
+#        [--iothreads N] [--strace-count N] [--file PATH] [--quick] [--strict]
+#
+# Fairness: each server runs its queues in one I/O thread by default (ioplane
+# --iothreads 1; qsd's export on one iothread object); --iothreads N gives ioplane more.
+# The null backends do not fill read buffers (read-zeroes off). The file backend reads a
+# 1 GiB fully allocated file through the page cache with io_uring in both servers.
+# A benchmark, not a test: exit 0 whether the targets are met or not (--strict: exit 1
+# when one is missed); 2 on bad usage; 1 when a server or the client fails.
+set -euo pipefail
+
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IOPLANE=${IOPLANE:-$src/build/ioplane}
+count=200000
+reps=3
+backends="null file"
+depths="1 64"
+queues="1 2"
+setup_queues="1 16 64 256"
+iothreads=1
+strace_count=50000
+file=
+strict=0
+
+usage() {
+	sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" >&2
+	exit 2
+}
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--count) count=${2:?}; shift ;;
+	--reps) reps=${2:?}; shift ;;
+	--backends) backends=${2:?}; shift ;;
+	--depths) depths=${2:?}; shift ;;
+	--queues) queues=${2:?}; shift ;;
+	--setup-queues) setup_queues=${2:?}; shift ;;
+	--iothreads) iothreads=${2:?}; shift ;;
+	--strace-count) strace_count=${2:?}; shift ;;
+	--file) file=${2:?}; shift ;;
+	--quick) count=50000; reps=1; strace_count=20000 ;;
+	--strict) strict=1 ;;
+	-h | --help) usage ;;
+	*) echo "unknown option $1" >&2; usage ;;
+	esac
+	shift
+done
+
+for c in qemu-storage-daemon strace python3; do
+	command -v "$c" >/dev/null || { echo "compare-vhost-user: $c is not installed" >&2; exit 1; }
+done
+[ -x "$IOPLANE" ] || { echo "compare-vhost-user: no $IOPLANE (set IOPLANE)" >&2; exit 1; }
+
+tmp=$(mktemp -d /tmp/compare-vhost.XXXXXX)
+spid=
+cleanup() {
+	[ -n "$spid" ] && kill "$spid" 2>/dev/null && wait "$spid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+sock=$tmp/vhost.sock
+
+if [[ " $backends " == *" file "* ]] && [ -z "$file" ]; then
+	file=$tmp/disk.raw
+	dd if=/dev/urandom of="$file" bs=1M count=1024 status=none
+fi
+
+# start SERVER BACKEND NQ: start a server exporting NQ queues at $sock; sets spid.
+start() {
+	local srv=$1 be=$2 nq=$3 i
+	rm -f "$sock"
+	if [ "$srv" = ioplane ]; then
+		local img="d,driver=null,size=1G"
+		[ "$be" = file ] && img="d,file=$file,cache=writeback,aio=io_uring"
+		"$IOPLANE" serve --iothreads "$iothreads" --image "$img" \
+			--vhost-user-blk unix="$sock",image=d,num-queues="$nq" >"$tmp/server.log" 2>&1 &
+	else
+		local bd="driver=null-co,node-name=d,size=1073741824"
+		[ "$be" = file ] && bd="driver=file,node-name=d,filename=$file,aio=io_uring,cache.direct=off"
+		qemu-storage-daemon --object iothread,id=iot0 --blockdev "$bd" \
+			--export type=vhost-user-blk,id=e0,node-name=d,iothread=iot0,addr.type=unix,addr.path="$sock",num-queues="$nq" \
+			>"$tmp/server.log" 2>&1 &
+	fi
+	spid=$!
+	for ((i = 0; i < 300; i++)); do
+		[ -S "$sock" ] && return 0
+		kill -0 "$spid" 2>/dev/null || break
+		sleep 0.1
+	done
+	cat "$tmp/server.log" >&2
+	echo "compare-vhost-user: $srv did not start" >&2
+	exit 1
+}
+
+stop() {
+	kill "$spid" 2>/dev/null || true
+	wait "$spid" 2>/dev/null || true
+	spid=
+}
+
+# CPU time of every thread of PID in ns (schedstat: finer than /proc/PID/stat's ticks).
+cpu_ns() {
+	cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'
+}
+
+client() {
+	timeout -k 5 300 "$IOPLANE" bench --vhost-user "$sock" "$@" && return 0
+	echo "compare-vhost-user: client failed against $(ps -o comm= -p "$spid"): $*" >&2
+	tail -n 20 "$tmp/server.log" >&2
+	return 1
+}
+
+# run D Q: one measured run; prints "IOPS CPU_US_PER_IO". Deep queues get 8x the
+# requests so that every run lasts long enough to measure.
+run() {
+	local d=$1 q=$2 c0 c1 out iops n=$count
+	[ "$d" -ge 16 ] && n=$((count * 8))
+	c0=$(cpu_ns "$spid")
+	out=$(client --num-queues "$q" -d "$d" -c "$n" --random -s 4096) ||
+		{ echo "compare-vhost-user: client failed" >&2; exit 1; }
+	c1=$(cpu_ns "$spid")
+	iops=$(sed -n 's/^IOPS: \([0-9]*\),.*/\1/p' <<<"$out")
+	echo "$iops $(python3 -c "print(($c1 - $c0) / 1000.0 / $n)")"
+}
+
+# syscalls D Q: server system calls per request under strace -c.
+syscalls() {
+	local d=$1 q=$2 st calls
+	strace -c -f -p "$spid" -o "$tmp/strace.out" 2>/dev/null &
+	st=$!
+	sleep 1
+	client --num-queues "$q" -d "$d" -c "$strace_count" --random -s 4096 -q >/dev/null
+	kill -INT "$st"
+	wait "$st" 2>/dev/null || true
+	calls=$(awk '$NF == "total" {print ($4 ~ /^[0-9]+$/) ? $4 : $3}' "$tmp/strace.out")
+	python3 -c "print(${calls:-0} / $strace_count)"
+}
+
+median() {
+	sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}'
+}
+
+declare -A IOPS CPU SYS SETUP
+maxq=0
+for q in $queues; do [ "$q" -gt "$maxq" ] && maxq=$q; done
+
+for be in $backends; do
+	for d in $depths; do
+		for q in $queues; do
+			for srv in ioplane qsd; do
+				start "$srv" "$be" "$maxq"
+				client --num-queues "$q" -d "$d" -c 5000 --random -q # warm-up
+				: >"$tmp/iops"
+				: >"$tmp/cpu"
+				for ((r = 0; r < reps; r++)); do
+					read -r i c < <(run "$d" "$q")
+					echo "$i" >>"$tmp/iops"
+					echo "$c" >>"$tmp/cpu"
+				done
+				IOPS[$srv,$be,$d,$q]=$(median <"$tmp/iops")
+				CPU[$srv,$be,$d,$q]=$(median <"$tmp/cpu")
+				if [ "$d" -ge 64 ]; then
+					SYS[$srv,$be,$d,$q]=$(syscalls "$d" "$q")
+				fi
+				stop
+			done
+		done
+	done
+done
+
+# One setup measurement; a server that dropped the connection is restarted and the
+# measurement retried (qemu-storage-daemon 7.2 sometimes panics in libvhost-user with
+# "Error writing eventfd: Bad file descriptor" when a front-end stops its rings right
+# after the last completion: the notification races with GET_VRING_BASE).
+setup_once() {
+	local srv=$1 q=$2 try out
+	for try in 1 2 3; do
+		if out=$(client --num-queues "$q" --setup-only 2>>"$tmp/setup.err"); then
+			sed -n 's/.*ready in \([0-9.]*\) ms.*/\1/p' <<<"$out"
+			return 0
+		fi
+		echo "compare-vhost-user: $srv dropped the connection; restarting it" >&2
+		stop
+		start "$srv" null 256
+	done
+	return 1
+}
+
+for srv in ioplane qsd; do
+	start "$srv" null 256
+	for q in $setup_queues; do
+		: >"$tmp/setup"
+		for ((r = 0; r < reps + 2; r++)); do
+			setup_once "$srv" "$q" >>"$tmp/setup"
+		done
+		SETUP[$srv,$q]=$(median <"$tmp/setup")
+	done
+	stop
+done
+
+ratio() {
+	python3 -c "a, b = float('$1' or 0), float('$2' or 0); print('%.2f' % (a / b) if b else 'n/a')"
+}
+
+missed=0
+check() { # VALUE OP LIMIT
+	if python3 -c "import sys; sys.exit(0 if float('$1') $2 float('$3') else 1)" 2>/dev/null; then
+		echo "ok"
+	else
+		missed=1
+		echo "MISSED"
+	fi
+}
+
+echo
+echo "4 KiB random reads, $count requests per run, median of $reps; ioplane --iothreads $iothreads"
+printf '%-5s %5s %3s | %10s %10s %6s | %9s %9s %6s | %8s %8s\n' backend depth q \
+	"ioplane" "qsd" "IOPS x" "ioplane" "qsd" "CPU x" "sys/IO" "qsd"
+printf '%-5s %5s %3s | %10s %10s %6s | %9s %9s %6s | %8s %8s\n' "" "" "" IOPS IOPS "" \
+	"us CPU/IO" "us CPU/IO" "" ioplane ""
+for be in $backends; do
+	for d in $depths; do
+		for q in $queues; do
+			k=$be,$d,$q
+			printf '%-5s %5s %3s | %10s %10s %6s | %9.3f %9.3f %6s | %8s %8s\n' "$be" "$d" "$q" \
+				"${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}" \
+				"$(ratio "${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}")" \
+				"${CPU[ioplane,$k]}" "${CPU[qsd,$k]}" \
+				"$(ratio "${CPU[ioplane,$k]}" "${CPU[qsd,$k]}")" \
+				"${SYS[ioplane,$k]:--}" "${SYS[qsd,$k]:--}"
+		done
+	done
+done
+echo
+echo "time from connect until every queue answered (ms, median of $((reps + 2)))"
+printf '%6s | %9s %9s %6s\n' queues ioplane qsd ratio
+for q in $setup_queues; do
+	printf '%6s | %9s %9s %6s\n' "$q" "${SETUP[ioplane,$q]}" "${SETUP[qsd,$q]}" \
+		"$(ratio "${SETUP[ioplane,$q]}" "${SETUP[qsd,$q]}")"
+done
+echo
+echo "targets:"
+for be in $backends; do
+	for d in $depths; do
+		for q in $queues; do
+			k=$be,$d,$q
+			r=$(ratio "${CPU[ioplane,$k]}" "${CPU[qsd,$k]}")
+			echo "  CPU/IO ioplane/qsd <= 0.5   $be d$d q$q: $r $(check "$r" '<=' 0.5)"
+			if [ "$d" -ge 64 ]; then
+				r=$(ratio "${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}")
+				echo "  IOPS ioplane/qsd >= 1.5     $be d$d q$q: $r $(check "$r" '>=' 1.5)"
+				s=${SYS[ioplane,$k]}
+				echo "  syscalls/IO <= 0.2          $be d$d q$q: $s $(check "$s" '<=' 0.2)"
+			fi
+		done
+	done
+done
+last=${setup_queues##* }
+first=${setup_queues%% *}
+echo "  $last queues ready <= 20 ms: ${SETUP[ioplane,$last]} $(check "${SETUP[ioplane,$last]}" '<=' 20)"
+per1=$(python3 -c "print('%.3f' % (float('${SETUP[ioplane,$first]}') / $first))")
+perN=$(python3 -c "print('%.3f' % (float('${SETUP[ioplane,$last]}') / $last))")
+echo "  linear: ms/queue at $first: $per1, at $last: $perN (per-queue cost must not grow)" \
+	"$(check "$perN" '<=' "$(python3 -c "print(max(float('$per1'), 0.05) * 1.5)")")"
+[ $strict = 1 ] && [ $missed = 1 ] && exit 1
+exit 0

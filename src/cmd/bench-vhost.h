@@ -1,0 +1,83 @@
+/* `ioplane bench --vhost-user PATH`: a vhost-user-blk front-end that drives a
+ * back-end (ioplane serve, qemu-storage-daemon) without a VM. The guest memory
+ * is one memfd shared with the back-end; each queue's request slots use three
+ * fixed descriptors (header, data, status).
+ *
+ * THREADING RULE: single-threaded; everything belongs to the caller. */
+#ifndef IOPLANE_BENCH_VHOST_H
+#define IOPLANE_BENCH_VHOST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "export/vhost-user.h"
+#include "export/virtio-blk.h"
+
+/* bench.c hands the whole command line over when it sees --vhost-user. */
+int cmd_bench_vhost(int argc, char **argv);
+
+struct vhc_slot {
+	uint64_t start;  /* clock_ticks() at submission */
+	uint64_t offset; /* bytes */
+	struct virtio_blk_hdr *hdr;
+	uint8_t *status;
+	uint8_t *buf;
+	uint64_t hdr_gpa, status_gpa, buf_gpa;
+	uint32_t len;
+	bool busy;
+};
+
+struct vhc_queue {
+	unsigned idx;
+	uint16_t num;
+	uint64_t desc_gpa, avail_gpa, used_gpa;
+	struct vring_desc *desc;
+	struct vring_avail *avail;
+	struct vring_used *used;
+	uint16_t avail_idx;   /* next avail entry we write */
+	uint16_t kicked_idx;  /* avail idx at the last publish */
+	uint16_t last_used;
+	int kick_fd, call_fd;
+	struct vhc_slot *slots;
+	unsigned nslots;
+	unsigned *free;
+	unsigned nfree;
+};
+
+struct vhc {
+	const char *path;
+	int sock;
+	int memfd;
+	uint8_t *mem;
+	uint64_t mem_size;
+	uint64_t features, pf; /* negotiated */
+	bool want_inflight;
+	int inflight_fd;
+	uint64_t inflight_size;
+	uint16_t queue_size;
+	unsigned nq;
+	struct vhc_queue *q;
+	struct virtio_blk_config cfg;
+	uint64_t capacity; /* bytes */
+	uint32_t bufsize;
+	unsigned depth;
+};
+
+/* Lay out memory for nq queues with `depth` slots in all of bufsize bytes. */
+int vhc_init(struct vhc *c, unsigned nq, unsigned depth, uint32_t bufsize);
+void vhc_free(struct vhc *c);
+/* Connect and negotiate everything; rings start. reconnect: resume rings
+ * that already hold requests (inflight area, bases from the used rings). */
+int vhc_connect(struct vhc *c, bool reconnect);
+/* Stop the rings (GET_VRING_BASE) and close. */
+int vhc_disconnect(struct vhc *c);
+/* Put a request on slot s of q (not visible until vhc_publish). */
+void vhc_submit(struct vhc *c, struct vhc_queue *q, unsigned s, uint32_t type, uint64_t offset,
+		uint32_t len);
+/* Make queued requests visible and kick if the back-end wants it. */
+void vhc_publish(struct vhc_queue *q, bool event_idx);
+/* Next completed slot, or -1 (re-arms used_event when empty). */
+int vhc_next_used(struct vhc_queue *q, bool event_idx);
+bool vhc_event_idx(const struct vhc *c);
+
+#endif

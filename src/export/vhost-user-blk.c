@@ -1,0 +1,671 @@
+/* vhost-user-blk export: the listening socket, the device callbacks for the
+ * vhost-user back-end, and the dataplane of each virtqueue.
+ *
+ * A running queue lives on one iothread: its kick eventfd is a loop fd
+ * handler and its avail ring a poll handler (kicks stay suppressed while
+ * polling finds work). Every chain found in a round becomes a block request
+ * at once, so the engine submits them as one batch at the end of the round;
+ * completions go to the used ring, and one flush hook per round publishes
+ * them and notifies the guest at most once (EVENT_IDX honoured). Requests
+ * come from a per-queue pool and their data stays in guest memory.
+ *
+ * THREADING RULE: struct vub_export is main-thread only. A struct vub_queue
+ * is set up by the main thread while stopped, handed to its iothread with
+ * start_msg, and handed back with stopped_msg once its last in-flight request
+ * has reached the used ring; between the two only the iothread touches it. */
+#include <errno.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "export/vhost-user-blk.h"
+#include "export/vhost-user.h"
+#include "loop/loop.h"
+#include "util/log.h"
+
+#define VUB_POOL_MAX 256  /* request slots per queue (fewer: chains wait in avail) */
+#define VUB_RUN_ROUNDS 4  /* disable/process/enable cycles before deferring */
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+struct vub_queue;
+
+struct vub_req {
+	struct vblk_req vr; /* first */
+	struct vub_queue *q;
+	uint16_t head;
+	struct iovec iov[VBLK_MAX_IOV];
+};
+
+struct vub_queue {
+	/* Written by the main thread while stopped, read by the iothread. */
+	struct vub_export *exp;
+	struct vu_dev *dev;
+	struct vring *vr;
+	unsigned idx;
+	struct loop *loop;
+	int call_fd, err_fd;
+	uint16_t *resubmit; /* inflight heads to run again at start */
+	unsigned nresubmit, resubmit_cap;
+	struct vub_req *reqs;
+	unsigned nreqs;
+
+	/* Owned by the iothread while running. */
+	struct loop_fd kick_h;
+	struct loop_poll poll;
+	struct loop_flush flush;
+	struct loop_defer again;
+	struct loop_uring_op notify_op;
+	struct vub_req **free;
+	unsigned nfree, inflight, notify_pending;
+	bool handlers_on, poll_on, stopping, starved, broken, again_queued;
+
+	struct loop_msg start_msg, stop_msg, stopped_msg;
+};
+
+struct vub_export {
+	char name[128];
+	char *path;
+	struct loop *main_loop;
+	int listen_fd;
+	struct loop_fd listen_h;
+	bool listening, stopping, bound;
+	struct vblk_dev blk;
+	struct vub_queue *queues;
+	unsigned nqueues;
+	struct vu_dev *conn;
+	void (*stop_done)(void *opaque);
+	void *stop_opaque;
+	struct loop_defer done_defer;
+};
+
+static void vub_run(struct vub_queue *q);
+
+/* ---- the request path (iothread) ------------------------------------------------ */
+
+static inline struct vub_req *pool_get(struct vub_queue *q)
+{
+	return q->nfree ? q->free[--q->nfree] : NULL;
+}
+
+static inline void pool_put(struct vub_queue *q, struct vub_req *r)
+{
+	q->free[q->nfree++] = r;
+}
+
+static void vub_handlers_off(struct vub_queue *q)
+{
+	if (!q->handlers_on)
+		return;
+	loop_fd_del(q->loop, &q->kick_h);
+	if (q->poll_on)
+		loop_poll_del(q->loop, &q->poll);
+	q->handlers_on = q->poll_on = false;
+}
+
+static const uint64_t vub_one = 1;
+
+static void eventfd_signal(int fd)
+{
+	if (fd >= 0 && write(fd, &vub_one, sizeof(vub_one)) < 0)
+		log_debug("vhost-user-blk: eventfd write: %s", strerror(errno));
+}
+
+static void vub_notify_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
+{
+	struct vub_queue *q = container_of(op, struct vub_queue, notify_op);
+
+	(void)res;
+	(void)cqe_flags;
+	q->notify_pending--;
+	if (q->stopping)
+		loop_request_flush(q->loop, &q->flush); /* may finish the stop */
+}
+
+/* Call the driver. Through the loop's io_uring when it has one: the write
+ * then rides on the io_uring_enter the loop makes anyway (no system call of
+ * its own). A stop waits for it, so the fd is still ours when it runs. */
+static void vub_notify(struct vub_queue *q)
+{
+	struct io_uring_sqe *sqe;
+
+	if (q->call_fd < 0)
+		return;
+	sqe = loop_uring_sqe(q->loop);
+	if (!sqe) {
+		eventfd_signal(q->call_fd);
+		return;
+	}
+	io_uring_prep_write(sqe, q->call_fd, &vub_one, sizeof(vub_one), 0);
+	io_uring_sqe_set_data(sqe, &q->notify_op);
+	q->notify_pending++;
+}
+
+/* The driver broke the virtqueue rules: stop looking at this queue (device
+ * needs reset); requests in flight still complete. Other queues go on. */
+static void vub_broken(struct vub_queue *q, int err)
+{
+	if (!q->broken)
+		log_warn("%s: queue %u: bad descriptor chain (%s): queue stopped", q->exp->name,
+			 q->idx, strerror(-err));
+	q->broken = true;
+	vub_handlers_off(q);
+	eventfd_signal(q->err_fd);
+}
+
+static void vub_req_done(struct vblk_req *vr)
+{
+	struct vub_req *r = (struct vub_req *)vr;
+	struct vub_queue *q = r->q;
+
+	vring_push(q->vr, r->head, vr->used_len);
+	pool_put(q, r);
+	q->inflight--;
+	loop_request_flush(q->loop, &q->flush);
+}
+
+static void vub_start_req(struct vub_queue *q, struct vub_req *r, const struct vring_chain *c)
+{
+	int ret;
+
+	r->q = q;
+	r->head = c->head;
+	r->vr.dev = &q->exp->blk;
+	r->vr.iov = r->iov;
+	r->vr.nout = c->nout;
+	r->vr.nin = c->nin;
+	r->vr.out_len = c->out_len;
+	r->vr.in_len = c->in_len;
+	r->vr.done = vub_req_done;
+	q->inflight++;
+	ret = vblk_req_submit(&r->vr);
+	if (ret == 1) {
+		vub_req_done(&r->vr);
+	} else if (ret < 0) {
+		q->inflight--;
+		pool_put(q, r);
+		vub_broken(q, ret);
+	}
+}
+
+/* Turn every available chain into a request. */
+static void vub_process(struct vub_queue *q)
+{
+	struct vring_chain c;
+	struct vub_req *r;
+	int ret;
+
+	while (!q->broken) {
+		r = pool_get(q);
+		if (!r) {
+			q->starved = true; /* a completion brings us back */
+			return;
+		}
+		c.iov = r->iov;
+		c.max_iov = VBLK_MAX_IOV;
+		ret = vring_pop(q->vr, &c);
+		if (ret <= 0) {
+			pool_put(q, r);
+			if (ret < 0)
+				vub_broken(q, ret);
+			return;
+		}
+		vub_start_req(q, r, &c);
+	}
+}
+
+static void vub_again_cb(struct loop_defer *d)
+{
+	struct vub_queue *q = container_of(d, struct vub_queue, again);
+
+	q->again_queued = false;
+	if (q->handlers_on)
+		vub_run(q);
+	else
+		loop_request_flush(q->loop, &q->flush); /* may finish a stop */
+}
+
+/* Process with kicks suppressed, then re-enable them and look again. */
+static void vub_run(struct vub_queue *q)
+{
+	unsigned i;
+
+	for (i = 0; i < VUB_RUN_ROUNDS; i++) {
+		vring_disable_notify(q->vr);
+		vub_process(q);
+		if (q->broken || q->starved || !vring_enable_notify(q->vr))
+			return;
+	}
+	/* A driver adding as fast as we take: let other handlers run first. */
+	if (!q->again_queued) {
+		q->again_queued = true;
+		loop_defer(q->loop, &q->again);
+	}
+}
+
+static void vub_kick_cb(struct loop_fd *h, uint32_t revents)
+{
+	struct vub_queue *q = container_of(h, struct vub_queue, kick_h);
+	uint64_t v;
+
+	(void)revents;
+	if (read(h->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_debug("%s: queue %u: kick read: %s", q->exp->name, q->idx, strerror(errno));
+	/* Poll only queues the driver has used: polling hundreds of idle queues
+	 * (and spinning while a front-end sets them up) helps nobody. */
+	if (!q->poll_on) {
+		loop_poll_add(q->loop, &q->poll);
+		q->poll_on = true;
+	}
+	vub_run(q);
+}
+
+/* Polling: kicks stay off from a poll that found work until one that finds
+ * none. The loop polls at least once before it sleeps after a hit, so the
+ * queue never sleeps with kicks off. */
+static bool vub_poll_cb(struct loop_poll *p)
+{
+	struct vub_queue *q = container_of(p, struct vub_queue, poll);
+
+	if (!vring_avail_pending(q->vr)) {
+		if (!q->vr->notify_off || !vring_enable_notify(q->vr))
+			return false;
+	}
+	vring_disable_notify(q->vr);
+	vub_process(q);
+	return true;
+}
+
+static void vub_finish_stop(struct vub_queue *q)
+{
+	q->stopping = false;
+	loop_send(q->exp->main_loop, &q->stopped_msg);
+}
+
+/* End of round: publish the used entries, notify once. */
+static void vub_flush_cb(struct loop_flush *f)
+{
+	struct vub_queue *q = container_of(f, struct vub_queue, flush);
+
+	if (vring_flush(q->vr))
+		vub_notify(q);
+	if (q->starved && q->handlers_on) {
+		q->starved = false;
+		vub_run(q);
+		return; /* vub_run's completions requested another flush */
+	}
+	if (q->stopping && !q->inflight && !q->notify_pending && !q->again_queued &&
+	    !q->flush.queued)
+		vub_finish_stop(q);
+}
+
+/* ---- start and stop (messages between main thread and iothread) ---------------- */
+
+static void vub_resubmit(struct vub_queue *q)
+{
+	struct vring_chain c;
+	unsigned i;
+
+	for (i = 0; i < q->nresubmit && !q->broken; i++) {
+		struct vub_req *r = pool_get(q);
+		int ret;
+
+		if (!r) /* more inflight heads than slots: the rest wait */
+			break;
+		c.iov = r->iov;
+		c.max_iov = VBLK_MAX_IOV;
+		ret = vring_walk(q->vr, q->resubmit[i], &c);
+		if (ret < 0) {
+			pool_put(q, r);
+			vub_broken(q, ret);
+			return;
+		}
+		vub_start_req(q, r, &c);
+	}
+	if (q->nresubmit)
+		log_info("%s: queue %u: resubmitted %u inflight request(s)", q->exp->name, q->idx,
+			 i);
+}
+
+static void vub_start_cb(struct loop_msg *m)
+{
+	struct vub_queue *q = container_of(m, struct vub_queue, start_msg);
+
+	q->kick_h.events = EPOLLIN;
+	q->kick_h.cb = vub_kick_cb;
+	q->poll.poll = vub_poll_cb;
+	q->flush.cb = vub_flush_cb;
+	q->again.cb = vub_again_cb;
+	q->notify_op.cb = vub_notify_done;
+	if (loop_fd_add(q->loop, &q->kick_h) < 0) {
+		vub_broken(q, -EBADF);
+		return;
+	}
+	q->handlers_on = true;
+	vub_resubmit(q);
+	vub_run(q);
+}
+
+static void vub_stop_cb(struct loop_msg *m)
+{
+	struct vub_queue *q = container_of(m, struct vub_queue, stop_msg);
+
+	vub_handlers_off(q);
+	q->stopping = true;
+	/* The flush hook finishes the stop once nothing is in flight. */
+	loop_request_flush(q->loop, &q->flush);
+}
+
+static void vub_stopped_cb(struct loop_msg *m)
+{
+	struct vub_queue *q = container_of(m, struct vub_queue, stopped_msg);
+
+	vu_queue_stopped(q->dev, q->idx);
+}
+
+static int vub_pool_alloc(struct vub_queue *q, unsigned num)
+{
+	unsigned n = num < VUB_POOL_MAX ? num : VUB_POOL_MAX, i;
+
+	if (q->nreqs != n) {
+		free(q->reqs);
+		free(q->free);
+		q->nreqs = 0;
+		q->reqs = calloc(n, sizeof(*q->reqs));
+		q->free = calloc(n, sizeof(*q->free));
+		if (!q->reqs || !q->free)
+			return -ENOMEM;
+		q->nreqs = n;
+	}
+	if (q->resubmit_cap < num) {
+		free(q->resubmit);
+		q->resubmit_cap = 0;
+		q->resubmit = calloc(num, sizeof(*q->resubmit));
+		if (!q->resubmit)
+			return -ENOMEM;
+		q->resubmit_cap = num;
+	}
+	/* Only the pointer array is touched here: a slot's pages are first
+	 * touched when it is used (start-up cost stays small with many queues). */
+	for (i = 0; i < n; i++)
+		q->free[i] = &q->reqs[n - 1 - i];
+	q->nfree = n;
+	return 0;
+}
+
+static int vub_queue_start(void *opaque, struct vu_dev *dev, unsigned idx)
+{
+	struct vub_export *e = opaque;
+	struct vub_queue *q = &e->queues[idx];
+	struct vu_vq *vq = vu_dev_vq(dev, idx);
+	int ret = vub_pool_alloc(q, vq->vr.num);
+
+	if (ret < 0)
+		return ret;
+	q->dev = dev;
+	q->vr = &vq->vr;
+	q->call_fd = vq->call_fd;
+	q->err_fd = vq->err_fd;
+	q->kick_h.fd = vq->kick_fd;
+	q->inflight = 0;
+	q->notify_pending = 0;
+	q->broken = q->starved = q->stopping = q->again_queued = false;
+	q->nresubmit = vring_inflight_heads(q->vr, q->resubmit, q->resubmit_cap);
+	loop_send(q->loop, &q->start_msg);
+	return 0;
+}
+
+static int vub_queue_stop(void *opaque, struct vu_dev *dev, unsigned idx)
+{
+	struct vub_export *e = opaque;
+
+	(void)dev;
+	loop_send(e->queues[idx].loop, &e->queues[idx].stop_msg);
+	return 1;
+}
+
+/* ---- device callbacks (main thread) ---------------------------------------------- */
+
+static uint64_t vub_features(void *opaque)
+{
+	struct vub_export *e = opaque;
+
+	return vblk_dev_features(&e->blk);
+}
+
+static void vub_get_config(void *opaque, uint8_t *buf, uint32_t off, uint32_t len)
+{
+	struct vub_export *e = opaque;
+	struct virtio_blk_config c;
+
+	vblk_dev_config(&e->blk, &c);
+	if (off >= sizeof(c))
+		return;
+	memcpy(buf, (uint8_t *)&c + off, len < sizeof(c) - off ? len : sizeof(c) - off);
+}
+
+static int vub_set_config(void *opaque, const uint8_t *buf, uint32_t off, uint32_t len)
+{
+	struct vub_export *e = opaque;
+
+	return vblk_dev_set_config(&e->blk, off, buf, len);
+}
+
+static void vub_listen_watch(struct vub_export *e, bool on);
+
+static void vub_done_cb(struct loop_defer *d)
+{
+	struct vub_export *e = container_of(d, struct vub_export, done_defer);
+
+	if (e->stop_done)
+		e->stop_done(e->stop_opaque);
+}
+
+static void vub_closed(void *opaque, struct vu_dev *dev)
+{
+	struct vub_export *e = opaque;
+
+	vu_dev_free(dev);
+	e->conn = NULL;
+	if (e->stopping)
+		loop_defer(e->main_loop, &e->done_defer);
+	else
+		vub_listen_watch(e, true);
+}
+
+static const struct vu_dev_ops vub_ops = {
+	.features = vub_features,
+	.get_config = vub_get_config,
+	.set_config = vub_set_config,
+	.queue_start = vub_queue_start,
+	.queue_stop = vub_queue_stop,
+	.closed = vub_closed,
+};
+
+/* ---- the listening socket --------------------------------------------------------- */
+
+int vub_export_attach_fd(struct vub_export *e, int fd)
+{
+	struct vu_dev_config cfg = {.loop = e->main_loop, .num_queues = e->nqueues,
+				    .ops = &vub_ops, .opaque = e, .name = e->name};
+	int ret;
+
+	if (e->conn || e->stopping) {
+		close(fd);
+		return -EBUSY;
+	}
+	ret = vu_dev_new(&cfg, fd, &e->conn);
+	if (ret < 0) {
+		e->conn = NULL;
+		return ret;
+	}
+	/* One front-end at a time: the next waits in the backlog. */
+	vub_listen_watch(e, false);
+	return 0;
+}
+
+bool vub_export_connected(const struct vub_export *e)
+{
+	return e->conn != NULL;
+}
+
+static void vub_accept_cb(struct loop_fd *h, uint32_t revents)
+{
+	struct vub_export *e = container_of(h, struct vub_export, listen_h);
+	int fd;
+
+	(void)revents;
+	fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd < 0)
+		return;
+	if (vub_export_attach_fd(e, fd) < 0)
+		log_err("%s: cannot serve a new connection", e->name);
+	else
+		log_info("%s: front-end connected", e->name);
+}
+
+static void vub_listen_watch(struct vub_export *e, bool on)
+{
+	if (on == e->listening || e->listen_fd < 0)
+		return;
+	if (on) {
+		e->listen_h = (struct loop_fd){.fd = e->listen_fd, .events = EPOLLIN,
+					       .cb = vub_accept_cb};
+		e->listening = loop_fd_add(e->main_loop, &e->listen_h) == 0;
+	} else {
+		loop_fd_del(e->main_loop, &e->listen_h);
+		e->listening = false;
+	}
+}
+
+static int vub_listen(struct vub_export *e, mode_t mode, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct stat st;
+
+	if (strlen(e->path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "socket path too long: %s", e->path);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, e->path, strlen(e->path) + 1);
+	if (lstat(e->path, &st) == 0 && S_ISSOCK(st.st_mode))
+		unlink(e->path); /* stale socket from an earlier run */
+	e->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (e->listen_fd < 0 || bind(e->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		snprintf(err, errlen, "%s: %s", e->path, strerror(errno));
+		return -errno;
+	}
+	e->bound = true;
+	if (chmod(e->path, mode ? mode : 0600) < 0 || listen(e->listen_fd, 16) < 0) {
+		snprintf(err, errlen, "%s: %s", e->path, strerror(errno));
+		return -errno;
+	}
+	vub_listen_watch(e, true);
+	return e->listening ? 0 : -ENOMEM;
+}
+
+/* ---- life cycle ---------------------------------------------------------------------- */
+
+static int vub_queues_init(struct vub_export *e, const struct vub_export_config *cfg)
+{
+	unsigned i;
+
+	e->queues = calloc(e->nqueues, sizeof(*e->queues));
+	if (!e->queues)
+		return -ENOMEM;
+	for (i = 0; i < e->nqueues; i++) {
+		struct vub_queue *q = &e->queues[i];
+
+		q->exp = e;
+		q->idx = i;
+		q->loop = cfg->loops[(cfg->first_loop + i) % cfg->nloops];
+		q->start_msg.cb = vub_start_cb;
+		q->stop_msg.cb = vub_stop_cb;
+		q->stopped_msg.cb = vub_stopped_cb;
+	}
+	return 0;
+}
+
+int vub_export_start(const struct vub_export_config *cfg, struct vub_export **out, char *err,
+		     size_t errlen)
+{
+	struct vub_export *e = calloc(1, sizeof(*e));
+	int ret = -ENOMEM;
+
+	if (!e)
+		goto fail;
+	e->listen_fd = -1;
+	e->main_loop = cfg->main_loop;
+	e->done_defer.cb = vub_done_cb;
+	e->nqueues = cfg->blk.num_queues ? cfg->blk.num_queues : 1;
+	snprintf(e->name, sizeof(e->name), "vhost-user-blk %s", cfg->path ? cfg->path : "(fd)");
+	if (e->nqueues > VU_MAX_QUEUES || !cfg->nloops) {
+		snprintf(err, errlen, "num-queues must be 1..%u", VU_MAX_QUEUES);
+		ret = -EINVAL;
+		goto fail;
+	}
+	ret = vblk_dev_init(&e->blk, cfg->bs, &cfg->blk, err, errlen);
+	if (ret < 0)
+		goto fail;
+	e->blk.num_queues = e->nqueues;
+	e->path = cfg->path ? strdup(cfg->path) : NULL;
+	if ((cfg->path && !e->path) || vub_queues_init(e, cfg) < 0) {
+		ret = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	ret = cfg->path ? vub_listen(e, cfg->mode, err, errlen) : 0;
+	if (ret < 0)
+		goto fail;
+	*out = e;
+	return 0;
+fail:
+	vub_export_free(e);
+	return ret;
+}
+
+void vub_export_stop(struct vub_export *e, void (*done)(void *opaque), void *opaque)
+{
+	e->stopping = true;
+	e->stop_done = done;
+	e->stop_opaque = opaque;
+	vub_listen_watch(e, false);
+	if (e->listen_fd >= 0) {
+		close(e->listen_fd);
+		e->listen_fd = -1;
+	}
+	if (e->bound)
+		unlink(e->path);
+	e->bound = false;
+	if (e->conn)
+		vu_dev_close(e->conn); /* vub_closed() finishes */
+	else
+		loop_defer(e->main_loop, &e->done_defer);
+}
+
+void vub_export_free(struct vub_export *e)
+{
+	unsigned i;
+
+	if (!e)
+		return;
+	vub_listen_watch(e, false);
+	if (e->listen_fd >= 0)
+		close(e->listen_fd);
+	if (e->bound)
+		unlink(e->path);
+	for (i = 0; e->queues && i < e->nqueues; i++) {
+		free(e->queues[i].reqs);
+		free(e->queues[i].free);
+		free(e->queues[i].resubmit);
+	}
+	free(e->queues);
+	free(e->path);
+	free(e);
+}

@@ -1,0 +1,47 @@
+/* vhost-user-blk export: a unix socket where one front-end at a time (QEMU,
+ * cloud-hypervisor, `ioplane bench --vhost-user`) attaches a block node as
+ * a virtio-blk device. Queue i runs on loops[(first_loop + i) % nloops].
+ *
+ * THREADING RULE: created, stopped and freed on the main thread, whose loop
+ * (main_loop) accepts the connection and handles its messages; queues run on
+ * their iothreads. */
+#ifndef IOPLANE_VHOST_USER_BLK_H
+#define IOPLANE_VHOST_USER_BLK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "export/virtio-blk.h"
+
+struct loop;
+struct vub_export;
+
+struct vub_export_config {
+	const char *path;        /* unix socket (a stale socket file is replaced);
+				  * NULL: none, connections come from vub_export_attach_fd */
+	mode_t mode;             /* socket permissions; 0: 0600 */
+	struct blk_node *bs;
+	struct vblk_dev_opts blk; /* writable, logical block size, serial, num_queues */
+	struct loop *main_loop;
+	struct loop **loops;
+	unsigned nloops;
+	unsigned first_loop;     /* spreads queue 0 of several exports */
+};
+
+/* Listen on cfg->path. err gets a human message on failure. */
+int vub_export_start(const struct vub_export_config *cfg, struct vub_export **out, char *err,
+		     size_t errlen);
+/* Stop listening, drop the front-end (in-flight requests finish and reach
+ * the used ring first); then done(opaque) runs on the main loop. */
+void vub_export_stop(struct vub_export *e, void (*done)(void *opaque), void *opaque);
+/* After the stop's done() (or if it was never started). */
+void vub_export_free(struct vub_export *e);
+
+/* Tests and fuzzing: serve an already connected socket (ownership passes);
+ * -EBUSY while another front-end is attached. */
+int vub_export_attach_fd(struct vub_export *e, int fd);
+bool vub_export_connected(const struct vub_export *e);
+
+#endif

@@ -1,0 +1,72 @@
+/* vhost-user back-end internals shared by vhost-user.c (connection, message
+ * loop, rings) and vhost-user-mem.c (memory table, inflight area).
+ *
+ * THREADING RULE: everything here is owned by the control loop's thread
+ * (see vhost-user.h for what the device's threads may touch). */
+#ifndef IOPLANE_VHOST_USER_INT_H
+#define IOPLANE_VHOST_USER_INT_H
+
+#include "export/vhost-user.h"
+#include "loop/loop.h"
+
+/* A handler's result meaning "waiting for queues to stop; run me again". */
+#define VU_ASYNC 1
+
+struct vu_reply {
+	uint32_t size;
+	int fd; /* sent with the reply when >= 0, then closed */
+	uint64_t payload[VU_MAX_PAYLOAD / 8];
+};
+
+struct vu_dev {
+	struct loop *loop;
+	int fd;
+	struct loop_fd h;
+	bool watching;
+	const struct vu_dev_ops *ops;
+	void *opaque;
+	char name[64];
+
+	unsigned num_queues;
+	struct vu_vq *vqs;
+	unsigned nrunning;
+	uint64_t features, protocol_features;
+	struct vring_mem mem;
+
+	/* Inflight area (GET/SET_INFLIGHT_FD): nq queues of qsize entries. */
+	uint8_t *inflight;
+	size_t inflight_len;
+	uint16_t inflight_nq, inflight_qsize;
+
+	/* The message being received or handled. */
+	struct vu_msg_hdr hdr;
+	uint64_t payload[VU_MAX_PAYLOAD / 8];
+	size_t have; /* bytes of header + payload received */
+	int fds[VU_MAX_FDS];
+	unsigned nfds;
+
+	unsigned pending; /* queue stops not finished yet */
+	bool busy;        /* a handler waits for `pending` to reach 0 */
+	bool closing;
+};
+
+/* 0 when no queue runs; VU_ASYNC after asking all running queues to stop. */
+int vu_stop_all(struct vu_dev *d);
+/* Start every queue that is ready to run (after a memory change). */
+int vu_start_ready(struct vu_dev *d);
+/* Take fds[i] from the message (the caller now owns it). */
+int vu_take_fd(struct vu_dev *d, unsigned i);
+bool vu_has_pf(const struct vu_dev *d, unsigned bit);
+
+int vu_h_set_mem_table(struct vu_dev *d, struct vu_reply *rep);
+int vu_h_add_mem_reg(struct vu_dev *d, struct vu_reply *rep);
+int vu_h_rem_mem_reg(struct vu_dev *d, struct vu_reply *rep);
+int vu_h_get_max_mem_slots(struct vu_dev *d, struct vu_reply *rep);
+int vu_h_get_inflight_fd(struct vu_dev *d, struct vu_reply *rep);
+int vu_h_set_inflight_fd(struct vu_dev *d, struct vu_reply *rep);
+void vu_mem_unmap_all(struct vring_mem *m);
+void vu_inflight_unmap(struct vu_dev *d);
+/* The inflight region for queue idx of `num` entries, or NULL. */
+struct vring_inflight *vu_inflight_queue(struct vu_dev *d, unsigned idx, unsigned num);
+
+#endif

@@ -1,0 +1,300 @@
+/* vhost-user guest memory and inflight area: SET_MEM_TABLE, ADD_MEM_REG,
+ * REM_MEM_REG, GET_MAX_MEM_SLOTS, GET_INFLIGHT_FD, SET_INFLIGHT_FD. Regions
+ * are mapped whole (from file offset 0, so that hugetlbfs alignment holds)
+ * after checking that the file really is that large: touching a mapping past
+ * the end of its file would kill the daemon with SIGBUS.
+ *
+ * THREADING RULE: control loop only; mappings change only while no queue of
+ * the connection runs (every handler here stops them first). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "export/vhost-user-int.h"
+
+#define VU_INFLIGHT_MAX (64ull << 20)
+
+/* The file behind fd holds at least `len` bytes (regular files only). */
+static int fd_covers(int fd, uint64_t len)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size < len)
+		return -EINVAL;
+	return 0;
+}
+
+static int region_map(const struct vu_mem_region *in, int fd, struct vring_region *out)
+{
+	uint64_t len;
+	void *p;
+	int ret;
+
+	if (!in->size || in->size > UINT64_MAX - in->gpa || in->size > UINT64_MAX - in->uva ||
+	    in->mmap_offset > UINT64_MAX - in->size)
+		return -EINVAL;
+	len = in->mmap_offset + in->size;
+	if (len > SIZE_MAX)
+		return -EINVAL;
+	ret = fd_covers(fd, len);
+	if (ret < 0)
+		return ret;
+	p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	out->gpa = in->gpa;
+	out->uva = in->uva;
+	out->size = in->size;
+	out->host = (uint8_t *)p + in->mmap_offset;
+	out->map_base = p;
+	out->map_len = (size_t)len;
+	return 0;
+}
+
+static void region_unmap(struct vring_region *r)
+{
+	if (r->map_base)
+		munmap(r->map_base, r->map_len);
+	memset(r, 0, sizeof(*r));
+}
+
+static bool ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+{
+	return a < b + blen && b < a + alen; /* no wrap: checked in region_map */
+}
+
+/* A new region must not overlap any other in guest or front-end space. */
+static bool region_overlaps(const struct vring_mem *m, const struct vring_region *r)
+{
+	unsigned i;
+
+	for (i = 0; i < m->nregions; i++)
+		if (ranges_overlap(r->gpa, r->size, m->r[i].gpa, m->r[i].size) ||
+		    ranges_overlap(r->uva, r->size, m->r[i].uva, m->r[i].size))
+			return true;
+	return false;
+}
+
+static int mem_add(struct vring_mem *m, const struct vu_mem_region *in, int fd)
+{
+	struct vring_region r;
+	int ret;
+
+	if (m->nregions == VRING_MAX_REGIONS)
+		return -ENOSPC;
+	ret = region_map(in, fd, &r);
+	if (ret < 0)
+		return ret;
+	if (region_overlaps(m, &r)) {
+		region_unmap(&r);
+		return -EINVAL;
+	}
+	m->r[m->nregions++] = r;
+	return 0;
+}
+
+void vu_mem_unmap_all(struct vring_mem *m)
+{
+	unsigned i;
+
+	for (i = 0; i < m->nregions; i++)
+		region_unmap(&m->r[i]);
+	m->nregions = 0;
+}
+
+int vu_h_set_mem_table(struct vu_dev *d, struct vu_reply *rep)
+{
+	struct vu_mem_table t = {0};
+	struct vring_mem m = {0};
+	unsigned i;
+	int ret;
+
+	(void)rep;
+	if (d->hdr.size < 8 || d->hdr.size > sizeof(t))
+		return -EINVAL;
+	memcpy(&t, d->payload, d->hdr.size);
+	/* "The size and ordering of the fds matches the number and ordering
+	 * of memory regions." */
+	if (t.nregions > VU_MEM_TABLE_MAX || d->hdr.size != 8 + t.nregions * sizeof(t.r[0]) ||
+	    d->nfds != t.nregions)
+		return -EINVAL;
+	ret = vu_stop_all(d);
+	if (ret)
+		return ret;
+	for (i = 0; i < t.nregions; i++) {
+		ret = mem_add(&m, &t.r[i], d->fds[i]);
+		if (ret < 0) {
+			vu_mem_unmap_all(&m);
+			return ret;
+		}
+	}
+	vu_mem_unmap_all(&d->mem);
+	d->mem = m;
+	return vu_start_ready(d);
+}
+
+static int find_region(const struct vring_mem *m, const struct vu_mem_region *in)
+{
+	unsigned i;
+
+	for (i = 0; i < m->nregions; i++)
+		if (m->r[i].gpa == in->gpa && m->r[i].uva == in->uva && m->r[i].size == in->size)
+			return (int)i;
+	return -1;
+}
+
+int vu_h_add_mem_reg(struct vu_dev *d, struct vu_reply *rep)
+{
+	struct vu_mem_single s;
+	int ret;
+
+	(void)rep;
+	if (!vu_has_pf(d, VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS))
+		return -EINVAL;
+	memcpy(&s, d->payload, sizeof(s));
+	if (find_region(&d->mem, &s.r) >= 0)
+		return 0; /* already there */
+	ret = vu_stop_all(d);
+	if (ret)
+		return ret;
+	ret = mem_add(&d->mem, &s.r, d->fds[0]);
+	return ret < 0 ? ret : vu_start_ready(d);
+}
+
+int vu_h_rem_mem_reg(struct vu_dev *d, struct vu_reply *rep)
+{
+	struct vu_mem_single s;
+	int i, ret;
+
+	(void)rep;
+	/* "the back-end MAY accept messages with one file descriptor ...
+	 * MUST close it without using it otherwise" (msg_reset closes it). */
+	if (!vu_has_pf(d, VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS) || d->nfds > 1)
+		return -EINVAL;
+	memcpy(&s, d->payload, sizeof(s));
+	i = find_region(&d->mem, &s.r);
+	if (i < 0)
+		return -ENOENT;
+	ret = vu_stop_all(d);
+	if (ret)
+		return ret;
+	region_unmap(&d->mem.r[i]);
+	d->mem.r[i] = d->mem.r[--d->mem.nregions];
+	memset(&d->mem.r[d->mem.nregions], 0, sizeof(d->mem.r[0]));
+	return vu_start_ready(d);
+}
+
+int vu_h_get_max_mem_slots(struct vu_dev *d, struct vu_reply *rep)
+{
+	(void)d;
+	rep->payload[0] = VRING_MAX_REGIONS;
+	rep->size = sizeof(uint64_t);
+	return 0;
+}
+
+/* ---- inflight area ------------------------------------------------------------ */
+
+void vu_inflight_unmap(struct vu_dev *d)
+{
+	if (d->inflight)
+		munmap(d->inflight, d->inflight_len);
+	d->inflight = NULL;
+	d->inflight_len = 0;
+	d->inflight_nq = d->inflight_qsize = 0;
+}
+
+struct vring_inflight *vu_inflight_queue(struct vu_dev *d, unsigned idx, unsigned num)
+{
+	if (!d->inflight || idx >= d->inflight_nq || num != d->inflight_qsize)
+		return NULL;
+	return (struct vring_inflight *)(d->inflight + idx * vring_inflight_size(num));
+}
+
+static int inflight_msg(struct vu_dev *d, struct vu_inflight_msg *m)
+{
+	if (d->hdr.size < VU_INFLIGHT_MSG_SIZE || d->hdr.size > sizeof(*m) ||
+	    !vu_has_pf(d, VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD))
+		return -EINVAL;
+	memset(m, 0, sizeof(*m));
+	memcpy(m, d->payload, VU_INFLIGHT_MSG_SIZE);
+	if (!m->num_queues || m->num_queues > d->num_queues || !m->queue_size ||
+	    m->queue_size > VRING_MAX_SIZE)
+		return -EINVAL;
+	return 0;
+}
+
+static void inflight_set(struct vu_dev *d, void *p, size_t len, const struct vu_inflight_msg *m)
+{
+	vu_inflight_unmap(d);
+	d->inflight = p;
+	d->inflight_len = len;
+	d->inflight_nq = m->num_queues;
+	d->inflight_qsize = m->queue_size;
+}
+
+int vu_h_get_inflight_fd(struct vu_dev *d, struct vu_reply *rep)
+{
+	struct vu_inflight_msg m;
+	uint64_t len;
+	void *p;
+	int fd, ret = inflight_msg(d, &m);
+
+	if (ret == 0)
+		ret = vu_stop_all(d);
+	if (ret)
+		return ret;
+	len = m.num_queues * vring_inflight_size(m.queue_size);
+	fd = memfd_create("ioplane-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	/* Sealed, so that the front-end cannot shrink it under our mapping. */
+	if (ftruncate(fd, (off_t)len) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)
+		goto fail;
+	p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		goto fail;
+	inflight_set(d, p, (size_t)len, &m);
+	m.mmap_size = len;
+	m.mmap_offset = 0;
+	memcpy(rep->payload, &m, sizeof(m));
+	rep->size = sizeof(m);
+	rep->fd = fd;
+	return 0;
+fail:
+	ret = -errno;
+	close(fd);
+	return ret;
+}
+
+int vu_h_set_inflight_fd(struct vu_dev *d, struct vu_reply *rep)
+{
+	struct vu_inflight_msg m;
+	uint64_t need;
+	void *p;
+	int ret = inflight_msg(d, &m);
+
+	(void)rep;
+	if (ret)
+		return ret;
+	need = m.num_queues * vring_inflight_size(m.queue_size);
+	if (m.mmap_size < need || m.mmap_size > VU_INFLIGHT_MAX || (m.mmap_offset & 4095) ||
+	    m.mmap_offset > VU_INFLIGHT_MAX)
+		return -EINVAL;
+	ret = fd_covers(d->fds[0], m.mmap_offset + m.mmap_size);
+	if (ret == 0)
+		ret = vu_stop_all(d);
+	if (ret)
+		return ret;
+	p = mmap(NULL, (size_t)m.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, d->fds[0],
+		 (off_t)m.mmap_offset);
+	if (p == MAP_FAILED)
+		return -errno;
+	inflight_set(d, p, (size_t)m.mmap_size, &m);
+	return vu_start_ready(d);
+}

@@ -1,0 +1,170 @@
+/* Split virtqueues (virtio 1.2 section 2.7) from the device side: guest
+ * memory regions and address translation, descriptor chain walking with every
+ * check an untrusted driver needs, used ring updates, EVENT_IDX notification
+ * decisions and inflight tracking in the vhost-user shared inflight region.
+ *
+ * THREADING RULE: a struct vring belongs to one thread at a time: the control
+ * thread while its queue is stopped, the queue's iothread while it runs. The
+ * guest memory it points into is shared with an untrusted driver that may
+ * change it at any moment: every field is read once into a local. */
+#ifndef IOPLANE_VRING_H
+#define IOPLANE_VRING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define VRING_DESC_F_NEXT 1
+#define VRING_DESC_F_WRITE 2
+#define VRING_DESC_F_INDIRECT 4
+#define VRING_USED_F_NO_NOTIFY 1
+#define VRING_AVAIL_F_NO_INTERRUPT 1
+#define VIRTIO_RING_F_INDIRECT_DESC 28
+#define VIRTIO_RING_F_EVENT_IDX 29
+
+#define VRING_MAX_SIZE 1024   /* largest queue accepted (QEMU's maximum too) */
+#define VRING_MAX_REGIONS 32  /* memory slots (GET_MAX_MEM_SLOTS) */
+
+struct vring_desc {
+	uint64_t addr;
+	uint32_t len;
+	uint16_t flags;
+	uint16_t next;
+};
+
+struct vring_avail {
+	uint16_t flags;
+	uint16_t idx;
+	uint16_t ring[]; /* num entries, then used_event */
+};
+
+struct vring_used_elem {
+	uint32_t id;
+	uint32_t len;
+};
+
+struct vring_used {
+	uint16_t flags;
+	uint16_t idx;
+	struct vring_used_elem ring[]; /* num entries, then avail_event */
+};
+
+/* Byte sizes of the three parts of a ring of `num` entries (with the event
+ * index fields). */
+static inline uint64_t vring_desc_size(unsigned num) { return 16ull * num; }
+static inline uint64_t vring_avail_size(unsigned num) { return 6ull + 2ull * num; }
+static inline uint64_t vring_used_size(unsigned num) { return 6ull + 8ull * num; }
+
+/* One guest memory region mapped here: guest physical [gpa, gpa+size) is
+ * front-end virtual [uva, uva+size) and host [host, host+size). */
+struct vring_region {
+	uint64_t gpa, uva, size;
+	uint8_t *host;
+	/* the mapping to undo (vhost-user.c) */
+	void *map_base;
+	size_t map_len;
+};
+
+/* Immutable while any queue using it runs. */
+struct vring_mem {
+	unsigned nregions;
+	struct vring_region r[VRING_MAX_REGIONS];
+};
+
+/* Host pointer for [uva, uva+len) inside one region, or NULL. */
+void *vring_mem_uva(const struct vring_mem *m, uint64_t uva, uint64_t len);
+/* Host pointer for guest [gpa, gpa+len) inside one region, or NULL. */
+void *vring_mem_gpa(const struct vring_mem *m, uint64_t gpa, uint64_t len);
+/* Append guest [gpa, gpa+len) to iov (split where regions meet). Returns the
+ * number of entries used, -EFAULT if some byte is not mapped, -E2BIG if more
+ * than `max` entries would be needed. */
+int vring_mem_map(const struct vring_mem *m, uint64_t gpa, uint32_t len, struct iovec *iov,
+		  unsigned max);
+
+/* Inflight region of one queue ("Inflight I/O tracking", split layout). */
+struct vring_inflight_desc {
+	uint8_t inflight;
+	uint8_t padding[5];
+	uint16_t next;
+	uint64_t counter;
+};
+
+struct vring_inflight {
+	uint64_t features;
+	uint16_t version;
+	uint16_t desc_num;
+	uint16_t last_batch_head;
+	uint16_t used_idx;
+	struct vring_inflight_desc desc[];
+};
+
+/* Bytes one queue of `num` entries takes in the inflight area. */
+static inline uint64_t vring_inflight_size(unsigned num)
+{
+	return (16ull + 16ull * num + 63) & ~63ull;
+}
+
+struct vring {
+	/* Set up while stopped. */
+	uint16_t num; /* a power of two, 1..VRING_MAX_SIZE */
+	struct vring_desc *desc;
+	struct vring_avail *avail;
+	struct vring_used *used;
+	const struct vring_mem *mem;
+	bool event_idx, indirect;
+	struct vring_inflight *inflight; /* NULL: no tracking */
+
+	/* Runtime state. */
+	uint16_t last_avail;     /* next avail entry to take */
+	uint16_t used_idx;       /* next used entry (published by vring_flush) */
+	uint16_t signalled_used; /* used idx when we last decided about notifying */
+	bool signalled_valid;
+	uint16_t batch;          /* used entries written since the last flush */
+	uint16_t inuse;          /* chains taken and not yet used */
+	bool notify_off;         /* kicks suppressed */
+	uint64_t counter;        /* inflight order counter */
+};
+
+/* A walked chain: iov[0, nout) device-readable, iov[nout, nout+nin)
+ * device-writable. The caller provides iov and max_iov. */
+struct vring_chain {
+	uint16_t head;
+	unsigned nout, nin;
+	uint64_t out_len, in_len;
+	struct iovec *iov;
+	unsigned max_iov;
+};
+
+/* Checks and initialises a ring before it starts: sizes, inflight region
+ * (fixes a half-written last batch, computes last_avail from it). Returns
+ * -EINVAL if the layout is unusable. */
+int vring_start(struct vring *vr);
+
+/* Take the next available chain: 1 taken, 0 none, -errno when the driver
+ * broke the rules (the queue must stop: device needs reset). */
+int vring_pop(struct vring *vr, struct vring_chain *c);
+/* Walk the chain starting at `head` (pop and inflight resubmission). */
+int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c);
+/* Put a finished chain on the used ring (not yet visible to the driver). */
+void vring_push(struct vring *vr, uint16_t head, uint32_t len);
+/* Make the pushed entries visible; true when the driver wants a notification. */
+bool vring_flush(struct vring *vr);
+
+/* True when the driver made chains available that we have not taken. */
+bool vring_avail_pending(const struct vring *vr);
+/* Kick suppression: disable while we are going to look anyway; enable
+ * returns true if chains arrived meanwhile (look again). */
+void vring_disable_notify(struct vring *vr);
+bool vring_enable_notify(struct vring *vr);
+
+/* Inflight chains to resubmit after a reconnect, oldest first. Returns how
+ * many heads were stored (at most max). Call after vring_start. */
+unsigned vring_inflight_heads(const struct vring *vr, uint16_t *heads, unsigned max);
+
+static inline bool vring_need_event(uint16_t event, uint16_t new_idx, uint16_t old)
+{
+	return (uint16_t)(new_idx - event - 1) < (uint16_t)(new_idx - old);
+}
+
+#endif
