@@ -5,7 +5,8 @@
 # Quiet when nothing is missing; runs apt-get (as root, no prompts) otherwise.
 set -euo pipefail
 
-main_pkgs=(gcc pkg-config meson ninja-build liburing-dev libaio-dev qemu-utils)
+main_pkgs=(gcc pkg-config meson ninja-build liburing-dev libaio-dev zlib1g-dev libzstd-dev
+	qemu-utils)
 test_pkgs=(libcmocka-dev fio valgrind strace python3 nbdkit libnbd-bin clang
 	libclang-rt-14-dev qemu-system-x86 busybox-static cpio)
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "block/block-int.h"
+#include "block/qcow2/qcow2.h"
 
 /* ---- driver registry ---- */
 
@@ -47,6 +48,7 @@ void blk_register_builtin_drivers(void)
 		&blk_drv_null,
 		&blk_drv_raw,
 		&blk_drv_file,
+		&blk_drv_qcow2,
 	};
 	static bool done;
 	size_t i;

@@ -60,7 +60,7 @@ for nq in $queues; do
 		--server-cmd "exec $serve --image d,file=\"\$VMTEST_IMG\" --vhost-user-blk $vhost_opts"
 done
 
-if [ "${IOPLANE_VM_QCOW2:-0}" = 1 ]; then
+if [ "${IOPLANE_VM_QCOW2:-1}" = 1 ]; then
 	q=$tmp/disk.qcow2
 	# The guest's own checks (seed, readback, discard) cover the qcow2 run; the host
 	# then compares the image's data with what the guest says it wrote.

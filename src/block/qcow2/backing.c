@@ -1,0 +1,180 @@
+/* qcow2 backing chain and external data file: opening them from the header
+ * (backing file name + backing format extension, data file name extension)
+ * or from options, and reading through the backing file.
+ *
+ * Formats are never probed: a backing file whose format is neither declared
+ * in the image nor given with backing-format= is refused, so that a guest
+ * cannot turn a raw backing file into a qcow2 image pointing at host files.
+ *
+ * Threading: open/close on the main thread; reads in request coroutines. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/qcow2/qcow2-int.h"
+#include "util/iov.h"
+#include "util/opts.h"
+
+static __thread unsigned qc_chain_depth;
+
+char *qc_path_relative(const char *image, const char *name)
+{
+	const char *slash = image ? strrchr(image, '/') : NULL;
+	size_t dl;
+	char *p;
+
+	if (name[0] == '/' || !slash)
+		return strdup(name);
+	dl = (size_t)(slash - image) + 1;
+	p = malloc(dl + strlen(name) + 1);
+	if (p) {
+		memcpy(p, image, dl);
+		memcpy(p + dl, name, strlen(name) + 1);
+	}
+	return p;
+}
+
+/* Open PATH as the given format, read-only unless rw, with the cache and
+ * engine options of the image itself. */
+static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *path,
+			 const char *fmt, bool rw, struct blk_node **out, char *err, size_t errlen,
+			 bool relative)
+{
+	struct kv_opts o = { 0 };
+	const char *cache = kv_get(opts, "cache"), *aio = kv_get(opts, "aio");
+	char *full = relative ? qc_path_relative(s->image_path, path) : strdup(path);
+	int ret;
+
+	if (!full)
+		return -ENOMEM;
+	ret = kv_set(&o, "driver", "file");
+	if (!ret)
+		ret = kv_set(&o, "filename", full);
+	if (!ret && fmt)
+		ret = kv_set(&o, "format", fmt);
+	if (!ret)
+		ret = kv_set(&o, "read-only", rw ? "off" : "on");
+	if (!ret && cache)
+		ret = kv_set(&o, "cache", cache);
+	if (!ret && aio)
+		ret = kv_set(&o, "aio", aio);
+	if (!ret) {
+		qc_chain_depth++;
+		ret = blk_open(&o, out, err, errlen);
+		qc_chain_depth--;
+	}
+	kv_free(&o);
+	free(full);
+	return ret;
+}
+
+int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t errlen)
+{
+	const char *name = kv_get(opts, "backing"), *fmt = kv_get(opts, "backing-format");
+	char sub[256];
+	int ret;
+
+	if (!name)
+		name = s->backing_name;
+	if (!fmt)
+		fmt = s->backing_fmt;
+	if (!name || !*name)
+		return 0;
+	if (!fmt) {
+		snprintf(err, errlen, "qcow2: backing file '%s' has no declared format (formats are "
+			 "never probed); give it with backing-format=raw|qcow2", name);
+		return -EINVAL;
+	}
+	if (strcmp(fmt, "raw") && strcmp(fmt, "qcow2")) {
+		snprintf(err, errlen, "qcow2: unsupported backing format '%s'", fmt);
+		return -ENOTSUP;
+	}
+	if (qc_chain_depth >= QC_MAX_CHAIN) {
+		snprintf(err, errlen, "qcow2: backing chain longer than %d (a loop?)", QC_MAX_CHAIN);
+		return -ELOOP;
+	}
+	ret = qc_open_child(s, opts, name, fmt, false, &s->backing, sub, sizeof(sub), true);
+	if (ret) {
+		snprintf(err, errlen, "qcow2: cannot open backing file '%s': %s", name, sub);
+		return ret;
+	}
+	s->backing_size = s->backing->size;
+	return 0;
+}
+
+int qc_data_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t errlen)
+{
+	const char *name = kv_get(opts, "data-file");
+	char sub[256];
+	int ret;
+
+	if (!(s->h.incompat & QC_INCOMPAT_DATA_FILE)) {
+		s->data = s->file;
+		return name ? (snprintf(err, errlen, "qcow2: data-file given but the image has no "
+					"external data file"), -EINVAL) : 0;
+	}
+	if (!name)
+		name = s->data_name;
+	if (!name) {
+		snprintf(err, errlen, "qcow2: the image uses an external data file but names none; "
+			 "give it with data-file=PATH");
+		return -EINVAL;
+	}
+	/* As QEMU does: the name is used as it is, not relative to the image. */
+	ret = qc_open_child(s, opts, name, NULL, !s->bs->read_only, &s->data, sub, sizeof(sub),
+			    false);
+	if (ret) {
+		snprintf(err, errlen, "qcow2: cannot open data file '%s': %s", name, sub);
+		return ret;
+	}
+	s->data_external = true;
+	s->data_size = s->data->size;
+	s->data_fresh_from = qc_align_up(s->data->size, s->cluster_size);
+	return 0;
+}
+
+void qc_backing_close(struct qc_state *s)
+{
+	if (s->backing)
+		blk_close(s->backing);
+	if (s->data_external && s->data)
+		blk_close(s->data);
+	s->backing = NULL;
+	s->data = NULL;
+	s->data_external = false;
+}
+
+int qc_backing_read(struct qc_state *s, uint64_t off, uint64_t len, const struct iovec *iov,
+		    int iovcnt, size_t iov_off)
+{
+	uint64_t n = !s->backing || off >= s->backing_size ? 0 : s->backing_size - off;
+	struct iovec small[16], *v = small;
+	int k, ret = 0;
+
+	if (n > len)
+		n = len;
+	if (n < len)
+		iov_memset(iov, iovcnt, iov_off + n, 0, len - n);
+	if (!n)
+		return 0;
+	if (iovcnt > 16) {
+		v = malloc((size_t)iovcnt * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+	}
+	k = iov_slice(v, iovcnt > 16 ? iovcnt : 16, iov, iovcnt, iov_off, n);
+	if (k < 0) {
+		ret = -EINVAL;
+	} else {
+		struct qc_batch b;
+		struct qc_child c;
+
+		qc_batch_init(&b);
+		qc_batch_add(&b, &c, s->backing, BLK_OP_READ, off, v, k, n, 0);
+		ret = qc_batch_wait(&b);
+	}
+	if (v != small)
+		free(v);
+	return ret;
+}

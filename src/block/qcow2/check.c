@@ -1,0 +1,365 @@
+/* qcow2 consistency check and repair (`img check`, and the refcount rebuild
+ * of a dirty image at open). References are counted from the metadata -
+ * header, active and snapshot L1 tables, L2 tables, data and compressed
+ * clusters, refcount table and blocks, snapshot table - and compared with
+ * the stored refcounts: stored < counted is a corruption, stored > counted
+ * a leak. COPIED flags of the active tables must match refcount == 1.
+ *
+ * Threading: runs in a coroutine with s->meta held, no request in flight.
+ * Memory: one 32-bit counter per host cluster of the file, refused past
+ * 2^28 clusters. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/qcow2/qcow2-int.h"
+
+#define CK_MAX_CLUSTERS (1ull << 28)
+
+struct ck {
+	struct qc_state *s;
+	struct qcow2_check_result *r;
+	uint32_t *refs;
+	uint64_t n;        /* clusters counted */
+	uint8_t *buf;      /* one cluster */
+	uint64_t prev_host;
+	int flags;
+};
+
+static void ck_error(struct ck *k, bool leak, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void ck_error(struct ck *k, bool leak, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (leak)
+		k->r->leaks++;
+	else
+		k->r->corruptions++;
+	if (k->r->first_error[0])
+		return;
+	va_start(ap, fmt);
+	vsnprintf(k->r->first_error, sizeof(k->r->first_error), fmt, ap);
+	va_end(ap);
+}
+
+/* Count one reference to every cluster of [off, off+len). */
+static void ck_ref(struct ck *k, uint64_t off, uint64_t len, const char *what)
+{
+	uint64_t c, last;
+
+	if (!len)
+		return;
+	c = off >> k->s->cluster_bits;
+	last = (off + len - 1) >> k->s->cluster_bits;
+	for (; c <= last; c++) {
+		if (c >= k->n) {
+			ck_error(k, false, "%s at 0x%llx is past the end of the file", what,
+				 (unsigned long long)off);
+			return;
+		}
+		if (k->refs[c] != UINT32_MAX)
+			k->refs[c]++;
+	}
+}
+
+static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool active)
+{
+	struct qc_state *s = k->s;
+	uint64_t off, len;
+
+	if (qc_entry_check(s, gc, e, bm)) {
+		ck_error(k, false, "invalid L2 entry 0x%llx for guest cluster %llu",
+			 (unsigned long long)e, (unsigned long long)gc);
+		return;
+	}
+	if (e & QC_OFLAG_COMPRESSED) {
+		qc_comp_desc(s, e, &off, &len);
+		ck_ref(k, off, len, "compressed cluster");
+		if (active) {
+			k->r->allocated_clusters++;
+			k->r->compressed_clusters++;
+		}
+		return;
+	}
+	off = e & QC_OFFSET_MASK;
+	if (!off)
+		return;
+	if (!s->data_external)
+		ck_ref(k, off, s->cluster_size, "data cluster");
+	if (active) {
+		k->r->allocated_clusters++;
+		if (k->prev_host && off != k->prev_host + s->cluster_size)
+			k->r->fragmented_clusters++;
+		k->prev_host = off;
+	}
+}
+
+static int ck_l2(struct ck *k, uint64_t l2off, uint64_t l1i, bool active)
+{
+	struct qc_state *s = k->s;
+	uint64_t i, n = qc_l2_entries(s);
+	int ret;
+
+	ret = qc_co_pread_clamped(s->file, l2off, k->buf, s->cluster_size);
+	if (ret) {
+		k->r->check_errors++;
+		return 0;
+	}
+	for (i = 0; i < n; i++) {
+		const uint8_t *p = k->buf + i * s->l2_entry_bytes;
+
+		ck_l2_entry(k, (l1i << s->l2_bits) + i, qc_rd64(p), s->ext_l2 ? qc_rd64(p + 8) : 0,
+			    active);
+	}
+	return 0;
+}
+
+static int ck_l1(struct ck *k, const uint64_t *l1, uint64_t size, bool active)
+{
+	struct qc_state *s = k->s;
+	uint64_t i, off;
+
+	for (i = 0; i < size; i++) {
+		off = l1[i] & QC_OFFSET_MASK;
+		if (!off)
+			continue;
+		if ((l1[i] & QC_L1E_RESERVED) || (off & (s->cluster_size - 1))) {
+			ck_error(k, false, "invalid L1 entry %llu (0x%llx)", (unsigned long long)i,
+				 (unsigned long long)l1[i]);
+			continue;
+		}
+		ck_ref(k, off, s->cluster_size, "L2 table");
+		if (off < (k->n << s->cluster_bits))
+			ck_l2(k, off, i, active);
+	}
+	return 0;
+}
+
+static int ck_snapshots(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	uint64_t *l1, j;
+	uint32_t i;
+	int ret = 0;
+
+	ck_ref(k, s->snap_offset, s->snap_bytes, "snapshot table");
+	for (i = 0; i < s->nsnaps && !ret; i++) {
+		const struct qc_snapshot *sn = &s->snaps[i];
+		uint8_t *raw = malloc((uint64_t)sn->l1_size * 8 + 1);
+
+		l1 = calloc((uint64_t)sn->l1_size + 1, 8);
+		if (!raw || !l1) {
+			ret = -ENOMEM;
+		} else {
+			ck_ref(k, sn->l1_offset, (uint64_t)sn->l1_size * 8, "snapshot L1 table");
+			ret = qc_co_pread_clamped(s->file, sn->l1_offset, raw, (uint64_t)sn->l1_size * 8);
+			for (j = 0; !ret && j < sn->l1_size; j++)
+				l1[j] = qc_rd64(raw + j * 8);
+			if (!ret)
+				ret = ck_l1(k, l1, sn->l1_size, false);
+		}
+		free(raw);
+		free(l1);
+	}
+	return ret;
+}
+
+static void ck_refcount_meta(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	uint64_t i;
+
+	ck_ref(k, 0, s->cluster_size, "header");
+	ck_ref(k, s->l1_offset, (uint64_t)s->l1_size * 8, "L1 table");
+	ck_ref(k, s->rct_offset, s->rct_size * 8, "refcount table");
+	for (i = 0; i < s->rct_size; i++)
+		if (s->rct[i])
+			ck_ref(k, s->rct[i], s->cluster_size, "refcount block");
+}
+
+/* Compare and repair; also the COPIED flags of the active L1. */
+static int ck_compare(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	uint64_t c, rc, max = s->rct_size << s->rb_bits;
+	int ret;
+
+	for (c = 0; c < max; c++) {
+		uint64_t want = c < k->n ? k->refs[c] : 0;
+
+		if ((c >> s->rb_bits) >= s->rct_size)
+			break;
+		if (!s->rct[c >> s->rb_bits]) {
+			c |= (1ull << s->rb_bits) - 1;
+			continue;
+		}
+		ret = qc_rc_get(s, c, &rc);
+		if (ret)
+			return ret;
+		if (want)
+			k->r->image_end_offset = (c + 1) << s->cluster_bits;
+		if (rc == want)
+			continue;
+		if (rc > want && (k->flags & QCOW2_FIX_LEAKS)) {
+			if (qc_rc_update(s, c, -(int64_t)(rc - want)) == 0) {
+				k->r->leaks_fixed++;
+				continue;
+			}
+		} else if (rc < want && (k->flags & QCOW2_FIX_ERRORS)) {
+			if (qc_rc_update(s, c, (int64_t)(want - rc)) == 0) {
+				k->r->corruptions_fixed++;
+				continue;
+			}
+		}
+		ck_error(k, rc > want, "cluster %llu: refcount %llu, references %llu",
+			 (unsigned long long)c, (unsigned long long)rc, (unsigned long long)want);
+	}
+	/* Referenced clusters that no refcount block covers. */
+	for (c = 0; c < k->n; c++) {
+		uint64_t t = c >> s->rb_bits;
+
+		if (k->refs[c] && (t >= s->rct_size || !s->rct[t])) {
+			k->r->image_end_offset = (c + 1) << s->cluster_bits;
+			if ((k->flags & QCOW2_FIX_ERRORS) && qc_rc_update(s, c, k->refs[c]) == 0)
+				k->r->corruptions_fixed++;
+			else
+				ck_error(k, false, "cluster %llu in use but not counted",
+					 (unsigned long long)c);
+		}
+	}
+	return 0;
+}
+
+/* ---- COPIED flags of the active tables: set exactly when refcount == 1 ---- */
+
+static bool ck_copied_ok(struct ck *k, uint64_t e, uint64_t off)
+{
+	uint64_t c = off >> k->s->cluster_bits;
+	bool want = k->s->data_external ? true : (c < k->n && k->refs[c] == 1);
+
+	return !!(e & QC_OFLAG_COPIED) == want;
+}
+
+static void ck_copied_fix(struct ck *k, int ret, const char *what, uint64_t idx)
+{
+	if ((k->flags & QCOW2_FIX_ERRORS) && ret == 0)
+		k->r->corruptions_fixed++;
+	else
+		ck_error(k, false, "OFLAG_COPIED wrong in %s entry %llu", what,
+			 (unsigned long long)idx);
+}
+
+static void ck_copied_l2(struct ck *k, uint64_t l2off)
+{
+	struct qc_state *s = k->s;
+	uint64_t i, e, off;
+
+	if (qc_co_pread_clamped(s->file, l2off, k->buf, s->cluster_size)) {
+		k->r->check_errors++;
+		return;
+	}
+	for (i = 0; i < qc_l2_entries(s); i++) {
+		e = qc_rd64(k->buf + i * s->l2_entry_bytes);
+		off = e & QC_OFFSET_MASK;
+		if ((e & QC_OFLAG_COMPRESSED) || (!off && !(e & QC_OFLAG_COPIED)) ||
+		    ck_copied_ok(k, e, off))
+			continue;
+		ck_copied_fix(k, (k->flags & QCOW2_FIX_ERRORS) ?
+			      qc_l2_patch(s, l2off, i, e ^ QC_OFLAG_COPIED) : -1, "L2", i);
+	}
+}
+
+static void ck_copied(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	uint64_t i, off;
+
+	for (i = 0; i < s->l1_size; i++) {
+		off = s->l1[i] & QC_OFFSET_MASK;
+		if (!off || (s->l1[i] & QC_L1E_RESERVED) || (off & (s->cluster_size - 1)) ||
+		    (off >> s->cluster_bits) >= k->n)
+			continue;
+		if (!ck_copied_ok(k, s->l1[i], off) && !s->data_external) {
+			if (k->flags & QCOW2_FIX_ERRORS) {
+				pthread_mutex_lock(&s->lock);
+				s->l1[i] ^= QC_OFLAG_COPIED;
+				s->l1_dirty[i * 8 / 4096] = 1;
+				pthread_mutex_unlock(&s->lock);
+			}
+			ck_copied_fix(k, 0, "L1", i);
+		}
+		ck_copied_l2(k, off);
+	}
+}
+
+static int ck_run(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	int ret;
+
+	ret = qc_metadata_writeback(s, true);
+	if (!ret && (s->dec_new.n || s->dec_wait.n)) {
+		ret = qc_decref_process(s);
+		if (!ret)
+			ret = qc_decref_process(s);
+		if (!ret)
+			ret = qc_metadata_writeback(s, true);
+	}
+	if (ret)
+		return ret;
+	k->n = qc_align_up(s->file->size, s->cluster_size) >> s->cluster_bits;
+	if (k->n > CK_MAX_CLUSTERS)
+		return -EFBIG;
+	k->refs = calloc(k->n + 1, sizeof(*k->refs));
+	k->buf = qc_alloc_buf(s->cluster_size);
+	if (!k->refs || !k->buf)
+		return -ENOMEM;
+	k->r->total_clusters = (s->h.size + s->cluster_size - 1) >> s->cluster_bits;
+	ck_refcount_meta(k);
+	ret = ck_l1(k, s->l1, s->l1_size, true);
+	if (!ret)
+		ret = ck_snapshots(k);
+	if (!ret)
+		ret = ck_compare(k);
+	if (!ret)
+		ck_copied(k);
+	if (!ret && (k->r->leaks_fixed || k->r->corruptions_fixed))
+		ret = qc_metadata_writeback(s, true);
+	return ret;
+}
+
+struct ck_ctx {
+	struct qc_state *s;
+	int flags;
+	struct qcow2_check_result *r;
+};
+
+static int ck_co(void *arg)
+{
+	struct ck_ctx *c = arg;
+	struct ck k = { .s = c->s, .r = c->r, .flags = c->flags };
+	int ret;
+
+	qc_co_lock(c->s, &c->s->meta);
+	ret = ck_run(&k);
+	qc_co_unlock(c->s, &c->s->meta);
+	free(k.refs);
+	free(k.buf);
+	return ret;
+}
+
+int qcow2_check(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r)
+{
+	struct ck_ctx c = { qcow2_is(bs) ? qc_state(bs) : NULL, repair_flags, r };
+
+	memset(r, 0, sizeof(*r));
+	if (!c.s)
+		return -EINVAL;
+	if (repair_flags && bs->read_only)
+		return -EROFS;
+	return qc_run_sync(ck_co, &c);
+}

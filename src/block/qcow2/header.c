@@ -1,0 +1,560 @@
+/* qcow2 header: parsing and validation of every field and header extension
+ * (QEMU docs/interop/qcow2.txt, "Header" and "Header extensions"), and the
+ * few in-place header updates the driver makes (feature bits, dirty bit).
+ * The header cluster is never rewritten as a whole, so extensions we do not
+ * know are preserved byte for byte.
+ *
+ * Threading: parsing runs at open (main thread, in a coroutine); updates run
+ * with s->meta held. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/qcow2/qcow2-int.h"
+
+#define HDR_V2_LEN 72
+#define HDR_V3_LEN 104
+
+static int hdr_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int hdr_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(err, errlen, "qcow2: ");
+
+	va_start(ap, fmt);
+	if (n >= 0 && (size_t)n < errlen)
+		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+bool qc_ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+{
+	return alen && blen && a < b + blen && b < a + alen;
+}
+
+static void hdr_decode(struct qc_header *h, const uint8_t *p)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = qc_rd32(p + 4);
+	h->backing_file_offset = qc_rd64(p + 8);
+	h->backing_file_size = qc_rd32(p + 16);
+	h->cluster_bits = qc_rd32(p + 20);
+	h->size = qc_rd64(p + 24);
+	h->crypt_method = qc_rd32(p + 32);
+	h->l1_size = qc_rd32(p + 36);
+	h->l1_table_offset = qc_rd64(p + 40);
+	h->refcount_table_offset = qc_rd64(p + 48);
+	h->refcount_table_clusters = qc_rd32(p + 56);
+	h->nb_snapshots = qc_rd32(p + 60);
+	h->snapshots_offset = qc_rd64(p + 64);
+	if (h->version < 3) {
+		h->refcount_order = 4;
+		h->header_length = HDR_V2_LEN;
+		return;
+	}
+	h->incompat = qc_rd64(p + 72);
+	h->compat = qc_rd64(p + 80);
+	h->autoclear = qc_rd64(p + 88);
+	h->refcount_order = qc_rd32(p + 96);
+	h->header_length = qc_rd32(p + 100);
+}
+
+/* Name of a feature bit from the image's feature name table, if any. */
+static void hdr_feature_name(const uint8_t *tab, size_t len, unsigned type, unsigned bit,
+			     char *out, size_t outlen)
+{
+	size_t i;
+
+	snprintf(out, outlen, "bit %u", bit);
+	for (i = 0; tab && i + 48 <= len; i += 48) {
+		if (tab[i] == type && tab[i + 1] == bit) {
+			snprintf(out, outlen, "%.46s", (const char *)tab + i + 2);
+			return;
+		}
+	}
+}
+
+static int hdr_unknown_incompat(uint64_t bits, const uint8_t *tab, size_t tablen, char *err,
+				size_t errlen)
+{
+	char names[256] = "", one[64];
+	size_t n = 0;
+	unsigned b;
+
+	for (b = 0; b < 64; b++) {
+		if (!(bits & (1ull << b)))
+			continue;
+		hdr_feature_name(tab, tablen, 0, b, one, sizeof(one));
+		n += (size_t)snprintf(names + n, n < sizeof(names) ? sizeof(names) - n : 0, "%s%s",
+				      n ? ", " : "", one);
+		if (n >= sizeof(names))
+			break;
+	}
+	return hdr_err(err, errlen, "unsupported incompatible feature(s): %s", names);
+}
+
+static char *hdr_string(const uint8_t *p, size_t len)
+{
+	char *s;
+
+	if (memchr(p, 0, len))
+		return NULL;
+	s = malloc(len + 1);
+	if (s) {
+		memcpy(s, p, len);
+		s[len] = 0;
+	}
+	return s;
+}
+
+struct hdr_exts {
+	const uint8_t *features;
+	size_t features_len;
+	bool seen_fmt, seen_data, seen_bitmaps, seen_crypto;
+};
+
+static int hdr_ext_string(char **dst, bool *seen, const uint8_t *p, uint32_t len, const char *what,
+			  char *err, size_t errlen)
+{
+	if (*seen)
+		return hdr_err(err, errlen, "duplicate %s header extension", what);
+	*seen = true;
+	if (len == 0 || len > QC_MAX_BACKING_NAME)
+		return hdr_err(err, errlen, "%s header extension has bad length %u", what, len);
+	*dst = hdr_string(p, len);
+	if (!*dst)
+		return hdr_err(err, errlen, "%s header extension contains a NUL byte", what);
+	return 0;
+}
+
+static int hdr_ext_one(struct qc_state *s, struct hdr_exts *x, uint32_t type, const uint8_t *p,
+		       uint32_t len, char *err, size_t errlen)
+{
+	switch (type) {
+	case QC_EXT_BACKING_FMT:
+		return hdr_ext_string(&s->backing_fmt, &x->seen_fmt, p, len, "backing format", err,
+				      errlen);
+	case QC_EXT_DATA_FILE:
+		return hdr_ext_string(&s->data_name, &x->seen_data, p, len, "data file name", err,
+				      errlen);
+	case QC_EXT_FEATURES:
+		x->features = p;
+		x->features_len = len;
+		return 0;
+	case QC_EXT_BITMAPS:
+		if (x->seen_bitmaps || len < 24)
+			return hdr_err(err, errlen, "bad bitmaps header extension");
+		x->seen_bitmaps = true;
+		s->nb_bitmaps = qc_rd32(p);
+		return 0;
+	case QC_EXT_CRYPTO:
+		x->seen_crypto = true;
+		return hdr_err(err, errlen, "encrypted images are not supported");
+	default:
+		return 0; /* unknown: ignored, and preserved since we never rewrite it */
+	}
+}
+
+/* Extensions live between the header and the backing file name (or the end
+ * of the first cluster). */
+static int hdr_exts_parse(struct qc_state *s, const uint8_t *buf, struct hdr_exts *x, char *err,
+			  size_t errlen)
+{
+	uint64_t pos = s->h.header_length, end = s->cluster_size;
+	int ret;
+
+	if (s->h.backing_file_offset && s->h.backing_file_offset < end)
+		end = s->h.backing_file_offset;
+	while (pos + 8 <= end) {
+		uint32_t type = qc_rd32(buf + pos), len = qc_rd32(buf + pos + 4);
+
+		if (type == QC_EXT_END)
+			return 0;
+		if (len > end - pos - 8)
+			return hdr_err(err, errlen, "header extension 0x%08x (length %u) "
+				       "runs past the header area", type, len);
+		ret = hdr_ext_one(s, x, type, buf + pos + 8, len, err, errlen);
+		if (ret)
+			return ret;
+		pos = qc_align_up(pos + 8 + len, 8);
+	}
+	return 0;
+}
+
+static int hdr_check_basic(const struct qc_header *h, size_t buflen, char *err, size_t errlen)
+{
+	if (h->version != 2 && h->version != 3)
+		return hdr_err(err, errlen, "unsupported version %u", h->version);
+	if (h->cluster_bits < QC_MIN_CLUSTER_BITS || h->cluster_bits > QC_MAX_CLUSTER_BITS)
+		return hdr_err(err, errlen, "unsupported cluster size 2^%u (512 B to 2 MiB)",
+			       h->cluster_bits);
+	if (h->version == 3 && (h->header_length < HDR_V3_LEN || h->header_length % 8 ||
+				h->header_length > (1u << h->cluster_bits) ||
+				h->header_length > buflen))
+		return hdr_err(err, errlen, "invalid header length %u", h->header_length);
+	if (h->crypt_method)
+		return hdr_err(err, errlen, "encrypted images are not supported (crypt_method %u)",
+			       h->crypt_method);
+	if (h->refcount_order > 6)
+		return hdr_err(err, errlen, "invalid refcount order %u (at most 6)",
+			       h->refcount_order);
+	if (h->size > (uint64_t)INT64_MAX)
+		return hdr_err(err, errlen, "virtual size %llu too large",
+			       (unsigned long long)h->size);
+	return 0;
+}
+
+static int hdr_check_features(struct qc_state *s, const uint8_t *buf, const struct hdr_exts *x,
+			      char *err, size_t errlen)
+{
+	struct qc_header *h = &s->h;
+
+	if (h->incompat & ~QC_INCOMPAT_KNOWN)
+		return hdr_unknown_incompat(h->incompat & ~QC_INCOMPAT_KNOWN, x->features,
+					    x->features_len, err, errlen);
+	if (h->header_length > HDR_V3_LEN)
+		h->compression_type = buf[HDR_V3_LEN];
+	if (h->incompat & QC_INCOMPAT_COMPRESSION) {
+		if (h->compression_type == 0)
+			return hdr_err(err, errlen, "compression type bit set but the "
+				       "compression_type field is zlib or absent");
+	} else if (h->compression_type != 0) {
+		return hdr_err(err, errlen, "compression_type %u without the compression type "
+			       "bit", h->compression_type);
+	}
+	if (h->compression_type > QCOW2_COMPRESSION_ZSTD)
+		return hdr_err(err, errlen, "unknown compression type %u", h->compression_type);
+	if ((h->incompat & QC_INCOMPAT_EXTL2) && h->cluster_bits < 14)
+		return hdr_err(err, errlen, "extended L2 entries need clusters of at least 16 KiB");
+	if ((h->autoclear & QC_AUTOCLEAR_DATA_RAW) && !(h->incompat & QC_INCOMPAT_DATA_FILE))
+		return hdr_err(err, errlen, "raw external data bit set without a data file");
+	if ((h->incompat & QC_INCOMPAT_DATA_FILE) && h->backing_file_offset &&
+	    (h->autoclear & QC_AUTOCLEAR_DATA_RAW))
+		return hdr_err(err, errlen, "a raw external data file cannot have a backing file");
+	if ((h->autoclear & QC_AUTOCLEAR_BITMAPS) && !x->seen_bitmaps)
+		return hdr_err(err, errlen, "bitmaps bit set without the bitmaps extension");
+	return 0;
+}
+
+static int hdr_check_table(uint64_t off, uint64_t bytes, uint64_t max, uint64_t csize,
+			   uint64_t file_size, const char *what, char *err, size_t errlen)
+{
+	if (bytes > max)
+		return hdr_err(err, errlen, "%s too large (%llu bytes, at most %llu)", what,
+			       (unsigned long long)bytes, (unsigned long long)max);
+	if (bytes == 0)
+		return 0;
+	if (off & (csize - 1))
+		return hdr_err(err, errlen, "%s offset 0x%llx is not cluster aligned", what,
+			       (unsigned long long)off);
+	if (off == 0 || off > (1ull << 56) || off + bytes > qc_align_up(file_size, csize))
+		return hdr_err(err, errlen, "%s at 0x%llx (%llu bytes) is outside the file "
+			       "(%llu bytes)", what, (unsigned long long)off,
+			       (unsigned long long)bytes, (unsigned long long)file_size);
+	return 0;
+}
+
+static int hdr_check_tables(struct qc_state *s, uint64_t file_size, char *err, size_t errlen)
+{
+	const struct qc_header *h = &s->h;
+	uint64_t cs = s->cluster_size, per_l1 = cs << s->l2_bits, need;
+	uint64_t l1b = (uint64_t)h->l1_size * 8, rcb = (uint64_t)h->refcount_table_clusters * cs;
+	int ret;
+
+	need = h->size / per_l1 + (h->size % per_l1 != 0);
+	if (h->l1_size < need)
+		return hdr_err(err, errlen, "L1 table too small (%u entries) for a virtual size of "
+			       "%llu bytes", h->l1_size, (unsigned long long)h->size);
+	ret = hdr_check_table(h->l1_table_offset, l1b, QC_MAX_L1_BYTES, cs, file_size,
+			      "L1 table", err, errlen);
+	if (!ret && rcb == 0)
+		ret = hdr_err(err, errlen, "refcount table is empty");
+	if (!ret)
+		ret = hdr_check_table(h->refcount_table_offset, rcb, QC_MAX_RCT_BYTES, cs,
+				      file_size, "refcount table", err, errlen);
+	if (!ret && h->nb_snapshots > QC_MAX_SNAPSHOTS)
+		ret = hdr_err(err, errlen, "too many snapshots (%u)", h->nb_snapshots);
+	if (!ret && h->nb_snapshots)
+		ret = hdr_check_table(h->snapshots_offset, 40, 40, cs, file_size,
+				      "snapshot table", err, errlen);
+	if (ret)
+		return ret;
+	if (qc_ranges_overlap(0, cs, h->l1_table_offset, l1b) ||
+	    qc_ranges_overlap(0, cs, h->refcount_table_offset, rcb) ||
+	    qc_ranges_overlap(h->l1_table_offset, l1b, h->refcount_table_offset, rcb))
+		return hdr_err(err, errlen, "header, L1 table and refcount table overlap");
+	return 0;
+}
+
+static int hdr_check_backing(struct qc_state *s, const uint8_t *buf, char *err, size_t errlen)
+{
+	const struct qc_header *h = &s->h;
+
+	if (!h->backing_file_offset)
+		return 0;
+	if (h->backing_file_size == 0 || h->backing_file_size > QC_MAX_BACKING_NAME)
+		return hdr_err(err, errlen, "backing file name length %u is invalid",
+			       h->backing_file_size);
+	if (h->backing_file_offset < h->header_length ||
+	    h->backing_file_offset + h->backing_file_size > s->cluster_size)
+		return hdr_err(err, errlen, "backing file name at 0x%llx is outside the header "
+			       "cluster", (unsigned long long)h->backing_file_offset);
+	s->backing_name = hdr_string(buf + h->backing_file_offset, h->backing_file_size);
+	if (!s->backing_name)
+		return hdr_err(err, errlen, "backing file name contains a NUL byte");
+	return 0;
+}
+
+static void hdr_geometry(struct qc_state *s)
+{
+	const struct qc_header *h = &s->h;
+
+	s->cluster_bits = h->cluster_bits;
+	s->cluster_size = 1ull << h->cluster_bits;
+	s->ext_l2 = (h->incompat & QC_INCOMPAT_EXTL2) != 0;
+	s->l2_entry_bytes = s->ext_l2 ? 16 : 8;
+	s->l2_bits = h->cluster_bits - (s->ext_l2 ? 4 : 3);
+	s->sc_bits = s->ext_l2 ? h->cluster_bits - 5 : h->cluster_bits;
+	s->rc_order = h->refcount_order;
+	s->rb_bits = h->cluster_bits + 3 - h->refcount_order;
+	s->rc_max = h->refcount_order == 6 ? UINT64_MAX : (1ull << (1u << h->refcount_order)) - 1;
+	s->comp_type = h->compression_type;
+	s->lazy = (h->compat & QC_COMPAT_LAZY) != 0;
+	s->corrupt = (h->incompat & QC_INCOMPAT_CORRUPT) != 0;
+	s->data_raw = (h->autoclear & QC_AUTOCLEAR_DATA_RAW) != 0;
+	s->l1_size = h->l1_size;
+	s->l1_offset = h->l1_table_offset;
+	s->rct_offset = h->refcount_table_offset;
+	s->rct_size = ((uint64_t)h->refcount_table_clusters << h->cluster_bits) / 8;
+	s->open_incompat = h->incompat;
+}
+
+int qc_header_parse(struct qc_state *s, const uint8_t *buf, size_t len, uint64_t file_size,
+		    char *err, size_t errlen)
+{
+	struct hdr_exts x = { 0 };
+	int ret;
+
+	if (len < HDR_V2_LEN || qc_rd32(buf) != QC_MAGIC)
+		return hdr_err(err, errlen, "not a qcow2 image (bad magic)");
+	hdr_decode(&s->h, buf);
+	ret = hdr_check_basic(&s->h, len, err, errlen);
+	if (ret)
+		return ret;
+	if (s->h.version == 3 && len < HDR_V3_LEN)
+		return hdr_err(err, errlen, "truncated header");
+	if (len < (1ull << s->h.cluster_bits))
+		return hdr_err(err, errlen, "header cluster truncated");
+	hdr_geometry(s);
+	ret = hdr_exts_parse(s, buf, &x, err, errlen);
+	if (!ret)
+		ret = hdr_check_features(s, buf, &x, err, errlen);
+	if (!ret) {
+		hdr_geometry(s); /* compression type is known now */
+		ret = hdr_check_tables(s, file_size, err, errlen);
+	}
+	if (!ret)
+		ret = hdr_check_backing(s, buf, err, errlen);
+	if (!ret && (s->h.incompat & QC_INCOMPAT_DATA_FILE) && s->h.nb_snapshots)
+		ret = hdr_err(err, errlen, "internal snapshots with an external data file");
+	return ret;
+}
+
+/* Read the first cluster (a short file is padded with zeroes) and parse it. */
+int qc_header_read(struct qc_state *s, char *err, size_t errlen)
+{
+	uint64_t fsize = s->file->size, cs;
+	uint8_t *buf;
+	int ret;
+
+	buf = qc_alloc_buf(4096);
+	if (!buf)
+		return -ENOMEM;
+	memset(buf, 0, 4096);
+	ret = qc_co_pread_clamped(s->file, 0, buf, 4096);
+	if (ret < 0 || fsize < HDR_V2_LEN || qc_rd32(buf) != QC_MAGIC) {
+		free(buf);
+		if (ret < 0)
+			return hdr_err(err, errlen, "cannot read the header: %s", strerror(-ret));
+		return hdr_err(err, errlen, "not a qcow2 image (bad magic)");
+	}
+	cs = qc_rd32(buf + 20) <= QC_MAX_CLUSTER_BITS && qc_rd32(buf + 20) >= QC_MIN_CLUSTER_BITS
+		     ? 1ull << qc_rd32(buf + 20) : 4096;
+	if (cs > 4096) {
+		free(buf);
+		buf = qc_alloc_buf(cs);
+		if (!buf)
+			return -ENOMEM;
+		memset(buf, 0, cs);
+		ret = qc_co_pread_clamped(s->file, 0, buf, cs);
+		if (ret < 0) {
+			free(buf);
+			return hdr_err(err, errlen, "cannot read the header: %s", strerror(-ret));
+		}
+	}
+	ret = qc_header_parse(s, buf, cs, fsize, err, errlen);
+	if (ret) {
+		free(buf);
+		return ret;
+	}
+	s->hdr_cluster = buf;
+	return 0;
+}
+
+void qc_header_free(struct qc_state *s)
+{
+	free(s->hdr_cluster);
+	free(s->backing_name);
+	free(s->backing_fmt);
+	free(s->data_name);
+	s->hdr_cluster = NULL;
+	s->backing_name = s->backing_fmt = s->data_name = NULL;
+}
+
+/* ---- updates ---- */
+
+int qc_header_write_field(struct qc_state *s, unsigned off, const void *val, unsigned len)
+{
+	int ret = qc_co_pwrite(s->file, off, val, len);
+
+	if (ret == 0 && s->hdr_cluster)
+		memcpy(s->hdr_cluster + off, val, len);
+	return ret;
+}
+
+/* Write incompatible and autoclear features (bytes 72-95 minus compat) and
+ * make them durable. */
+int qc_header_write_features(struct qc_state *s, uint64_t incompat, uint64_t autoclear)
+{
+	uint8_t b[8];
+	int ret;
+
+	if (s->h.version < 3)
+		return 0;
+	qc_wr64(b, incompat);
+	ret = qc_header_write_field(s, 72, b, 8);
+	if (!ret && autoclear != s->h.autoclear) {
+		qc_wr64(b, autoclear);
+		ret = qc_header_write_field(s, 88, b, 8);
+	}
+	if (!ret)
+		ret = qc_co_flush(s->file);
+	if (!ret) {
+		s->h.incompat = incompat;
+		s->h.autoclear = autoclear;
+	}
+	return ret;
+}
+
+/* Lazy refcounts: the dirty bit is on disk before any metadata that relies
+ * on it. */
+int qc_header_mark_dirty(struct qc_state *s)
+{
+	int ret;
+
+	if (s->hdr_dirty_set || s->h.version < 3)
+		return 0;
+	ret = qc_header_write_features(s, s->h.incompat | QC_INCOMPAT_DIRTY, s->h.autoclear);
+	if (!ret)
+		s->hdr_dirty_set = true;
+	return ret;
+}
+
+int qc_header_mark_clean(struct qc_state *s)
+{
+	int ret;
+
+	if (!(s->h.incompat & QC_INCOMPAT_DIRTY))
+		return 0;
+	ret = qc_header_write_features(s, s->h.incompat & ~QC_INCOMPAT_DIRTY, s->h.autoclear);
+	if (!ret)
+		s->hdr_dirty_set = false;
+	return ret;
+}
+
+/* ---- tool API: info ---- */
+
+static char *hdr_dup(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+static int hdr_info_snaps(const struct qc_state *s, struct qcow2_info *info)
+{
+	uint32_t i;
+
+	if (!s->nsnaps)
+		return 0;
+	info->snapshots = calloc(s->nsnaps, sizeof(*info->snapshots));
+	if (!info->snapshots)
+		return -ENOMEM;
+	info->nb_snapshots = s->nsnaps;
+	for (i = 0; i < s->nsnaps; i++) {
+		struct qcow2_snapshot_info *d = &info->snapshots[i];
+		const struct qc_snapshot *sn = &s->snaps[i];
+
+		d->id = hdr_dup(sn->id);
+		d->name = hdr_dup(sn->name);
+		d->vm_state_size = sn->vm_state_size;
+		d->disk_size = sn->disk_size;
+		d->date_sec = sn->date_sec;
+		d->date_nsec = sn->date_nsec;
+		d->vm_clock_nsec = sn->vm_clock_nsec;
+		d->icount = sn->icount;
+		if (!d->id || !d->name)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int qcow2_get_info(struct blk_node *bs, struct qcow2_info *info)
+{
+	const struct qc_state *s;
+	int ret;
+
+	memset(info, 0, sizeof(*info));
+	if (!qcow2_is(bs))
+		return -EINVAL;
+	s = bs->opaque;
+	info->virtual_size = s->h.size;
+	info->cluster_size = s->cluster_size;
+	info->version = (int)s->h.version;
+	info->refcount_bits = 1u << s->rc_order;
+	info->extended_l2 = s->ext_l2;
+	info->lazy_refcounts = s->lazy;
+	info->corrupt = s->corrupt;
+	info->dirty = (s->open_incompat & QC_INCOMPAT_DIRTY) != 0;
+	info->compression_type = (enum qcow2_compression)s->comp_type;
+	info->data_file_raw = s->data_raw;
+	info->incompatible_features = s->h.incompat;
+	info->compatible_features = s->h.compat;
+	info->autoclear_features = s->h.autoclear;
+	info->nb_bitmaps = s->nb_bitmaps;
+	info->data_file = hdr_dup(s->data_name);
+	info->backing_file = hdr_dup(s->backing_name);
+	info->backing_format = hdr_dup(s->backing_fmt);
+	ret = hdr_info_snaps(s, info);
+	if (ret)
+		qcow2_info_free(info);
+	return ret;
+}
+
+void qcow2_info_free(struct qcow2_info *info)
+{
+	unsigned i;
+
+	for (i = 0; i < info->nb_snapshots; i++) {
+		free(info->snapshots[i].id);
+		free(info->snapshots[i].name);
+	}
+	free(info->snapshots);
+	free(info->data_file);
+	free(info->backing_file);
+	free(info->backing_format);
+	memset(info, 0, sizeof(*info));
+}
