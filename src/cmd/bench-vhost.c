@@ -19,12 +19,11 @@
 
 #include "cmd/bench-vhost.h"
 #include "util/clock.h"
+#include "util/hist.h"
 #include "util/opts.h"
 
 #define PROG "ioplane bench"
 #define WAIT_MS 30000
-#define HIST_H 7
-#define HIST_BUCKETS ((65 - HIST_H) << HIST_H)
 #define SOCK_TAG ((void *)1)
 
 struct vb_opts {
@@ -97,12 +96,6 @@ static bool vb_check(struct vb *b, const struct vhc_slot *sl)
 
 /* ---- the request path ------------------------------------------------------------- */
 
-static inline unsigned hist_bucket(uint64_t v)
-{
-	unsigned shift = (unsigned)(63 - __builtin_clzll(v | (1ull << HIST_H))) - HIST_H;
-
-	return (shift << HIST_H) + (unsigned)(v >> shift);
-}
 
 static void vb_submit(struct vb *b, struct vhc_queue *q, unsigned s)
 {
@@ -379,42 +372,12 @@ static int vb_parse(int argc, char **argv, struct vb_opts *o)
 
 /* ---- report ---------------------------------------------------------------------------- */
 
-static uint64_t hist_percentile(const uint64_t *hist, uint64_t total, uint64_t part)
-{
-	uint64_t rank = (total * part + 9999) / 10000, seen = 0, shift, lo;
-	unsigned i;
-
-	for (i = 0; i < HIST_BUCKETS - 1; i++) {
-		seen += hist[i];
-		if (seen >= rank && seen)
-			break;
-	}
-	if (i < (2u << HIST_H))
-		return i;
-	shift = (i >> HIST_H) - 1;
-	lo = (uint64_t)(i - (shift << HIST_H)) << shift;
-	return lo + ((1ull << shift) - 1) / 2;
-}
-
-static double us(uint64_t ticks)
-{
-	return (double)clock_ticks_to_ns(ticks) / 1000.0;
-}
-
 static void vb_report(const struct vb *b, double secs)
 {
 	uint64_t n = b->completed;
 
 	printf("Run completed in %3.3f seconds.\n", secs);
-	if (!n)
-		return;
-	if (secs <= 0)
-		secs = 1e-9;
-	printf("IOPS: %.0f, bandwidth: %.2f MiB/s\n", (double)n / secs,
-	       (double)n * (double)b->o.bufsize / secs / (1024.0 * 1024.0));
-	printf("Latency: mean %.2f us, p50 %.2f us, p99 %.2f us, p99.9 %.2f us\n",
-	       us(b->lat_sum / n), us(hist_percentile(b->hist, n, 5000)),
-	       us(hist_percentile(b->hist, n, 9900)), us(hist_percentile(b->hist, n, 9990)));
+	hist_print_results(b->hist, b->lat_sum, n, b->o.bufsize, secs);
 }
 
 /* ---- run --------------------------------------------------------------------------------- */

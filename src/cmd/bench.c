@@ -20,15 +20,10 @@
 #include "cmd/cmd.h"
 #include "loop/loop.h"
 #include "util/clock.h"
+#include "util/hist.h"
 #include "util/opts.h"
 
 #define BENCH_PROG "ioplane bench"
-
-/* Latency histogram of clock ticks, log-linear: values below 2^(H+1) have a
- * bucket each; above, each power of two is split into 2^H buckets, so a
- * bucket is at most 1/128 (0.8%) wide relative to its value. */
-#define HIST_H 7
-#define HIST_BUCKETS ((65 - HIST_H) << HIST_H)
 
 enum bench_cache { CACHE_NONE, CACHE_WRITEBACK, CACHE_WRITETHROUGH, CACHE_DIRECTSYNC, CACHE_UNSAFE };
 
@@ -76,13 +71,6 @@ struct bench {
 };
 
 /* ---- the per-request path ---- */
-
-static inline unsigned hist_bucket(uint64_t v)
-{
-	unsigned shift = (unsigned)(63 - __builtin_clzll(v | (1ull << HIST_H))) - HIST_H;
-
-	return (shift << HIST_H) + (unsigned)(v >> shift);
-}
 
 /* Sequential offsets exactly as qemu-img bench moves them, with a division
  * only when the offset wraps. */
@@ -581,44 +569,9 @@ static void bench_teardown(struct bench *b, struct blk_node *bs, struct loop *lo
 
 /* ---- run and report ---- */
 
-/* The latency in ticks below which `part` of 10000 requests completed
- * (middle of the histogram bucket). */
-static uint64_t hist_percentile(const uint64_t *hist, uint64_t total, uint64_t part)
-{
-	uint64_t rank = (total * part + 9999) / 10000, seen = 0, shift, lo;
-	unsigned i;
-
-	for (i = 0; i < HIST_BUCKETS - 1; i++) {
-		seen += hist[i];
-		if (seen >= rank && seen)
-			break;
-	}
-	if (i < (2u << HIST_H))
-		return i;
-	shift = (i >> HIST_H) - 1;
-	lo = (uint64_t)(i - (shift << HIST_H)) << shift;
-	return lo + ((1ull << shift) - 1) / 2;
-}
-
-static double ticks_us(uint64_t ticks)
-{
-	return (double)clock_ticks_to_ns(ticks) / 1000.0;
-}
-
 static void bench_print_stats(const struct bench *b, const struct bench_opts *o, double secs)
 {
-	uint64_t n = o->count;
-
-	if (!n)
-		return;
-	if (secs <= 0)
-		secs = 1e-9;
-	printf("IOPS: %.0f, bandwidth: %.2f MiB/s\n", (double)n / secs,
-	       (double)n * (double)o->bufsize / secs / (1024.0 * 1024.0));
-	printf("Latency: mean %.2f us, p50 %.2f us, p99 %.2f us, p99.9 %.2f us\n",
-	       ticks_us(b->lat_sum / n), ticks_us(hist_percentile(b->hist, n, 5000)),
-	       ticks_us(hist_percentile(b->hist, n, 9900)),
-	       ticks_us(hist_percentile(b->hist, n, 9990)));
+	hist_print_results(b->hist, b->lat_sum, o->count, o->bufsize, secs);
 }
 
 static void bench_print_header(const struct bench *b, const struct bench_opts *o)
