@@ -58,6 +58,9 @@ struct loop {
 	atomic_uint_fast64_t wakeups_sent;
 	int efd;
 	struct loop_fd efd_h;
+	/* Latest event arrival time reported by loop_hint_event() (any thread);
+	 * taken and cleared after each sleep. */
+	atomic_uint_fast64_t event_hint_ns;
 
 	/* io_uring: the fd monitor (uring backend) and the I/O engine's ring. */
 	struct io_uring ring;

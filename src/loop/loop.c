@@ -388,6 +388,11 @@ void loop_send(struct loop *target, struct loop_msg *m)
 		wake(target);
 }
 
+void loop_hint_event(struct loop *loop, uint64_t when_ns)
+{
+	atomic_store_explicit(&loop->event_hint_ns, when_ns, memory_order_relaxed);
+}
+
 void loop_stop(struct loop *loop)
 {
 	atomic_store(&loop->stop, true);
@@ -640,14 +645,17 @@ static bool busy_poll(struct loop *loop, uint64_t start)
 }
 
 /* Grow when the event came just after polling stopped; shrink when polling
- * was wasted on a long sleep. */
+ * was wasted on a long sleep. Events that come a little after the maximum
+ * (up to twice it) keep the poll time: with a device whose latency is close
+ * to poll-max-ns most events still arrive within it, and halving after each
+ * late one would turn those into sleeps too. */
 static void adapt_poll(struct loop *loop, uint64_t block_ns)
 {
 	uint64_t max = (uint64_t)loop->poll_max_ns;
 
 	if (block_ns <= loop->poll_ns)
 		return;
-	if (block_ns > max) {
+	if (block_ns > 2 * max) {
 		loop->poll_ns /= 2;
 		if (loop->poll_ns < 1000)
 			loop->poll_ns = 0;
@@ -690,8 +698,15 @@ static void wait_blocking(struct loop *loop)
 	timeout = timer_timeout_ns(loop);
 	backend_wait(loop, timeout);
 	atomic_store(&loop->notify_me, 0);
-	if (can_poll)
-		adapt_poll(loop, loop_now_ns() - start);
+	if (can_poll) {
+		uint64_t now = loop_now_ns();
+		uint64_t hint = atomic_exchange_explicit(&loop->event_hint_ns, 0,
+							 memory_order_relaxed);
+
+		/* An event reported to have arrived during this sleep marks its
+		 * end better than our own wake-up does. */
+		adapt_poll(loop, (hint > start && hint < now ? hint : now) - start);
+	}
 }
 
 static void wait_nonblocking(struct loop *loop, bool busy)

@@ -119,6 +119,12 @@ void loop_defer(struct loop *loop, struct loop_defer *d);
  * caller is not its thread. */
 void loop_send(struct loop *target, struct loop_msg *m);
 
+/* Any thread: something the loop waits for became ready at when_ns
+ * (CLOCK_MONOTONIC). Adaptive polling then judges the loop's last sleep by
+ * when its event arrived rather than by when the loop woke up, which on a
+ * virtual machine can be tens of microseconds later. */
+void loop_hint_event(struct loop *loop, uint64_t when_ns);
+
 void loop_timer_arm(struct loop *loop, struct loop_timer *t, uint64_t deadline_ns);
 void loop_timer_cancel(struct loop *loop, struct loop_timer *t);
 static inline bool loop_timer_armed(const struct loop_timer *t) { return t->heap_idx != 0; }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -24,7 +25,7 @@
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #define TP_MAX_WORKERS_DEFAULT 64
-#define TP_SPIN_NS_DEFAULT     50000
+#define TP_SPIN_NS_DEFAULT     20000
 #define TP_IDLE_EXIT_S	       10
 
 static inline void cpu_relax(void)
@@ -157,9 +158,16 @@ static bool tp_poll_cb(struct loop_poll *p)
 	struct tp_loop *s = container_of(p, struct tp_loop, poll);
 	unsigned n = tp_drain(s);
 
-	if (n)
+	if (n) {
 		atomic_fetch_add_explicit(&tp.reaped_polling, n, memory_order_relaxed);
-	return n > 0;
+		return true;
+	}
+	/* The job we poll for needs a CPU, and on a small machine the worker
+	 * running it may be queued behind this polling loop on the same one
+	 * (the scheduler tends to place a woken worker next to its waker).
+	 * Let it run; when nothing else is runnable this returns at once. */
+	sched_yield();
+	return false;
 }
 
 static void tp_kick_cb(struct loop_msg *m)
@@ -225,6 +233,10 @@ static void tp_notify(struct tp_work *w)
 	struct tp_work *old;
 
 	atomic_fetch_add(&s->notifiers, 1);
+	/* Tell adaptive polling when the completion really arrived: a sleeping
+	 * loop wakes up later than that, and judging by its wake-up time alone
+	 * it would never learn to poll long enough for a slow device. */
+	loop_hint_event(loop, clock_mono_ns());
 	old = atomic_load_explicit(&s->head, memory_order_relaxed);
 	do {
 		w->next = old;
@@ -277,8 +289,10 @@ static bool tp_idle_locked(const struct timespec *exit_at)
 
 		pthread_mutex_unlock(&tp.lock);
 		while (!atomic_load_explicit(&tp.pending, memory_order_relaxed) &&
-		       clock_mono_ns() < end)
+		       clock_mono_ns() < end) {
 			cpu_relax();
+			sched_yield(); /* the same reason as in tp_poll_cb() */
+		}
 		pthread_mutex_lock(&tp.lock);
 		if (tp.queued)
 			return false;

@@ -171,11 +171,16 @@ struct chain {
 	struct tp_work w;
 	unsigned left;
 	unsigned ndone;
+	uint64_t busy_ns; /* each job holds its worker this long */
 };
 
 static int chain_fn(struct tp_work *w)
 {
-	(void)w;
+	struct chain *c = container_of(w, struct chain, w);
+	uint64_t end = loop_now_ns() + c->busy_ns;
+
+	while (c->busy_ns && loop_now_ns() < end)
+		;
 	return 0;
 }
 
@@ -190,14 +195,20 @@ static void chain_done(struct tp_work *w, int ret)
 		submit(g.loop, &c->w); /* resubmit the same work from its done() */
 }
 
-static void run_chain(struct loop *loop, unsigned n)
+static void run_chain_busy(struct loop *loop, unsigned n, uint64_t busy_ns)
 {
-	struct chain c = {.w = {.fn = chain_fn, .done = chain_done}, .left = n};
+	struct chain c = {.w = {.fn = chain_fn, .done = chain_done}, .left = n,
+			  .busy_ns = busy_ns};
 
 	g.done_in_submit = 0;
 	submit(loop, &c.w);
 	run_until(loop, &c.ndone, n);
 	assert_int_equal(g.done_in_submit, 0);
+}
+
+static void run_chain(struct loop *loop, unsigned n)
+{
+	run_chain_busy(loop, n, 0);
 }
 
 static void test_done_not_in_submit(void **state)
@@ -234,10 +245,12 @@ static void test_polling_reaps(void **state)
 	/* A long poll window: the loop busy-polls while each job runs. */
 	loop = new_loop(1000ll * 1000 * 1000);
 	g.loop = loop;
-	run_chain(loop, 200); /* warm up: adaptive polling grows its window */
+	/* Jobs of 20 us, so that the loop has to wait for each one (instant
+	 * jobs finish before the loop even looks, and arrive by message). */
+	run_chain_busy(loop, 200, 20000); /* warm up: polling grows its window */
 	tp_get_stats(&before);
 	loop_get_stats(loop, &lbefore);
-	run_chain(loop, 3000);
+	run_chain_busy(loop, 3000, 20000);
 	tp_get_stats(&after);
 	loop_get_stats(loop, &lafter);
 	completed = after.completed - before.completed;
