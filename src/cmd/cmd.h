@@ -8,4 +8,13 @@
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
+/* `ioplane img <cmd>` (img-*.c). */
+int cmd_img_create(int argc, char **argv);
+int cmd_img_info(int argc, char **argv);
+int cmd_img_check(int argc, char **argv);
+int cmd_img_map(int argc, char **argv);
+int cmd_img_convert(int argc, char **argv);
+int cmd_img_compare(int argc, char **argv);
+int cmd_img_resize(int argc, char **argv);
+
 #endif

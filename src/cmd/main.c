@@ -21,8 +21,15 @@ struct cmd {
 	const char *help;
 };
 
-/* `ioplane img <cmd>`: the image tool (create/info/check/... join here). */
+/* `ioplane img <cmd>`: the image tool, qemu-img's commands and options. */
 static const struct cmd img_cmds[] = {
+	{ "create", cmd_img_create, "create a raw or qcow2 image" },
+	{ "info", cmd_img_info, "show an image's format, size and properties" },
+	{ "check", cmd_img_check, "check a qcow2 image's metadata (-r: repair)" },
+	{ "map", cmd_img_map, "show where an image's data lives" },
+	{ "convert", cmd_img_convert, "copy an image, possibly to another format" },
+	{ "compare", cmd_img_compare, "compare the contents of two images" },
+	{ "resize", cmd_img_resize, "change an image's virtual size" },
 	{ "bench", cmd_bench, "run a block-layer benchmark (same as `ioplane bench`)" },
 	{ NULL, NULL, NULL },
 };

@@ -1,0 +1,262 @@
+/* `ioplane img map [-f FMT] [--output=human|json] [--start-offset=N]
+ * [--max-length=N] FILE`: where the data of each range of the virtual disk
+ * lives, walking the backing chain, printed like qemu-img map. Ranges with
+ * the same properties (and contiguous host offsets) are merged.
+ *
+ * Threading: main thread only. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "block/qcow2/qcow2.h"
+#include "cmd/cmd.h"
+#include "cmd/img-int.h"
+#include "loop/loop.h"
+
+/* One layer of the chain: its node and the names qemu-img shows for it. */
+struct map_layer {
+	struct blk_node *bs;
+	char *file;      /* the image file */
+	char *data_file; /* qcow2 external data file (offsets point there), or NULL */
+};
+
+#define MAP_MAX_DEPTH 64
+
+struct map_entry {
+	uint64_t start, length, offset;
+	int depth;
+	bool present, zero, data, has_offset;
+	const char *file; /* with has_offset */
+};
+
+struct map_args {
+	const char *fmt, *file;
+	enum img_output out;
+	uint64_t start, max_len;
+	bool has_max;
+};
+
+static int map_layers(struct blk_node *bs, const char *file, struct map_layer *v, int *n)
+{
+	struct qcow2_info q;
+	char *name = strdup(file);
+	int ret = 0;
+
+	for (*n = 0; bs && !ret; bs = qcow2_backing(bs)) {
+		if (!name || *n == MAP_MAX_DEPTH) {
+			ret = name ? -ELOOP : -ENOMEM;
+			break;
+		}
+		v[*n] = (struct map_layer){ .bs = bs, .file = name };
+		name = NULL;
+		if (!qcow2_is(bs) || (ret = qcow2_get_info(bs, &q)))
+			break;
+		if (q.data_file && !(v[*n].data_file = strdup(q.data_file)))
+			ret = -ENOMEM;
+		/* A backing file given as an option has no name in the header. */
+		name = img_path_relative(v[*n].file, q.backing_file ? q.backing_file : "");
+		qcow2_info_free(&q);
+		(*n)++;
+	}
+	if (bs && *n < MAP_MAX_DEPTH && v[*n].bs == bs)
+		(*n)++; /* the raw layer (or one that failed) that ended the walk */
+	free(name);
+	return ret;
+}
+
+static void map_layers_free(struct map_layer *v, int n)
+{
+	for (int i = 0; i < n; i++) {
+		free(v[i].file);
+		free(v[i].data_file);
+	}
+}
+
+/* Status of [off, off+len) down the chain: stop at the first layer that
+ * has the range (or knows it reads as zero), as qemu-img map does. */
+static int map_status(const struct map_layer *v, int n, uint64_t off, uint64_t len,
+		      struct map_entry *e)
+{
+	uint32_t st = 0;
+	uint64_t cnt = len, host = 0;
+	int d, ret;
+
+	for (d = 0; d < n; d++) {
+		ret = img_block_status(v[d].bs, off, len, &st, &cnt, &host);
+		if (ret)
+			return ret;
+		len = cnt;
+		if (!qcow2_is(v[d].bs)) { /* raw: the file itself, at the same offset */
+			st |= BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID;
+			host = off;
+			break;
+		}
+		if ((st & (BLK_STATUS_ALLOCATED | BLK_STATUS_ZERO)) || d + 1 == n)
+			break;
+	}
+	if (d == n)
+		d = n - 1;
+	*e = (struct map_entry){
+		.start = off, .length = cnt, .depth = d,
+		.present = st & BLK_STATUS_ALLOCATED, .zero = st & BLK_STATUS_ZERO,
+		.data = st & BLK_STATUS_DATA, .has_offset = st & BLK_STATUS_OFFSET_VALID,
+		.offset = host, .file = v[d].data_file ? v[d].data_file : v[d].file,
+	};
+	return 0;
+}
+
+static bool map_mergeable(const struct map_entry *a, const struct map_entry *b)
+{
+	if (a->zero != b->zero || a->data != b->data || a->depth != b->depth ||
+	    a->present != b->present || a->has_offset != b->has_offset)
+		return false;
+	if (a->has_offset && (strcmp(a->file, b->file) || a->offset + a->length != b->offset))
+		return false;
+	return true;
+}
+
+/* Print e; `next` (NULL at the end) may be adjusted for the human form,
+ * which does not tell zero ranges from holes. */
+static int map_print(const struct map_args *a, const struct map_entry *e, struct map_entry *next)
+{
+	if (a->out == IMG_OUT_JSON) {
+		printf("{ \"start\": %" PRIu64 ", \"length\": %" PRIu64 ", \"depth\": %d, "
+		       "\"present\": %s, \"zero\": %s, \"data\": %s", e->start, e->length, e->depth,
+		       e->present ? "true" : "false", e->zero ? "true" : "false",
+		       e->data ? "true" : "false");
+		if (e->has_offset)
+			printf(", \"offset\": %" PRIu64, e->offset);
+		printf("}%s", next ? ",\n" : "");
+		return 0;
+	}
+	if (e->data && !e->has_offset) {
+		img_err("File contains external, encrypted or compressed clusters.");
+		return -ENOTSUP;
+	}
+	if (e->data && !e->zero)
+		printf("%#-16" PRIx64 "%#-16" PRIx64 "%#-16" PRIx64 "%s\n", e->start, e->length,
+		       e->offset, e->file);
+	if (next && (!next->data || next->zero)) {
+		next->data = false;
+		next->zero = true;
+	}
+	return 0;
+}
+
+static int map_run(const struct map_args *a, const struct map_layer *v, int n)
+{
+	uint64_t size = blk_size(v[0].bs), end, off;
+	struct map_entry cur = { 0 }, next;
+	int ret = 0;
+
+	end = a->has_max && a->max_len < size - a->start ? a->start + a->max_len : size;
+	if (a->start >= end)
+		end = a->start; /* nothing to map */
+	printf(a->out == IMG_OUT_JSON ? "[" : "%-16s%-16s%-16s%s\n", "Offset", "Length",
+	       "Mapped to", "File");
+	cur.start = a->start;
+	for (off = a->start; off < end && !ret; off += next.length) {
+		ret = map_status(v, n, off, end - off, &next);
+		if (ret) {
+			img_err("Could not read file metadata: %s", strerror(-ret));
+			break;
+		}
+		if (cur.length && map_mergeable(&cur, &next)) {
+			cur.length += next.length;
+			continue;
+		}
+		if (cur.length)
+			ret = map_print(a, &cur, &next);
+		cur = next;
+	}
+	if (!ret && cur.length)
+		ret = map_print(a, &cur, NULL);
+	if (a->out == IMG_OUT_JSON)
+		printf("]\n");
+	return ret;
+}
+
+static void map_usage(FILE *f)
+{
+	fprintf(f, "Usage: ioplane img map [-f FMT] [--output=human|json] [--start-offset=OFFSET]\n"
+		   "         [--max-length=LEN] [-U] FILE\n");
+}
+
+enum { OPT_OUTPUT = 256, OPT_START, OPT_MAXLEN };
+
+static const struct option map_long[] = {
+	{ "help", no_argument, NULL, 'h' },
+	{ "format", required_argument, NULL, 'f' },
+	{ "output", required_argument, NULL, OPT_OUTPUT },
+	{ "start-offset", required_argument, NULL, OPT_START },
+	{ "max-length", required_argument, NULL, OPT_MAXLEN },
+	{ "force-share", no_argument, NULL, 'U' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int map_parse(int argc, char **argv, struct map_args *a)
+{
+	int c;
+
+	img_getopt_reset();
+	while ((c = getopt_long(argc, argv, ":hf:U", map_long, NULL)) != -1) {
+		switch (c) {
+		case 'h': map_usage(stdout); return 1;
+		case 'f': a->fmt = optarg; break;
+		case 'U': break;
+		case OPT_OUTPUT:
+			if (img_parse_output(optarg, &a->out))
+				return -EINVAL;
+			break;
+		case OPT_START:
+			if (img_parse_size(optarg, &a->start))
+				return -EINVAL;
+			break;
+		case OPT_MAXLEN:
+			if (img_parse_size(optarg, &a->max_len))
+				return -EINVAL;
+			a->has_max = true;
+			break;
+		default:
+			img_bad_opt("map", c, argv);
+			return -EINVAL;
+		}
+	}
+	if (argc - optind != 1) {
+		img_err("Expecting one image file name (try '%s map --help')", IMG_PROG);
+		return -EINVAL;
+	}
+	a->file = argv[optind];
+	return 0;
+}
+
+int cmd_img_map(int argc, char **argv)
+{
+	struct map_args a = { 0 };
+	struct img_open_opts oo = { 0 };
+	struct map_layer v[MAP_MAX_DEPTH] = { { 0 } };
+	struct blk_node *bs = NULL;
+	struct loop *loop = NULL;
+	int n = 0, ret = map_parse(argc, argv, &a);
+
+	if (ret)
+		return ret > 0 ? 0 : 1;
+	oo.fmt = a.fmt;
+	ret = img_loop_start(&loop);
+	if (!ret)
+		ret = img_open(a.file, &oo, &bs, NULL);
+	if (!ret) {
+		ret = map_layers(bs, a.file, v, &n);
+		if (ret)
+			img_err("%s: %s", a.file, strerror(-ret));
+	}
+	if (!ret)
+		ret = map_run(&a, v, n);
+	map_layers_free(v, n);
+	img_loop_end(loop, bs);
+	return ret ? 1 : 0;
+}

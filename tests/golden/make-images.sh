@@ -1,0 +1,152 @@
+#!/bin/bash
+# Makes the small fixed images of the `ioplane img` golden-output tests with qemu-img and
+# qemu-io, and records qemu-img's output for every case of cases.sh as the expected output
+# (expected/NAME.out: stdout, then "[exit N]", with file-system dependent sizes normalised).
+#
+# The images and .out files are committed: run this only to change the set (it rewrites
+# every image, so snapshot dates and the like change). Outputs named in KNOWN-DIFFERENCES
+# are where ioplane deliberately or knowingly prints something else than qemu-img; they are
+# not regenerated (review and update them by hand; the reason is given there).
+#
+# Usage: tests/golden/make-images.sh   (needs qemu-img, qemu-io, python3; TZ is forced to UTC)
+set -euo pipefail
+
+cd "$(dirname "$0")"
+export TZ=UTC
+. ./cases.sh
+
+q() { qemu-img create -q -f qcow2 "$@"; }
+io() { local f=$1; shift; qemu-io -f qcow2 "$@" "$f" >/dev/null; }
+
+# set_refcount FILE HOST_OFFSET VALUE [INCOMPAT_BITS_TO_SET]: edit a refcount (any width
+# from 8 to 64 bits) and optionally set incompatible feature bits, as a crash or a bug would.
+set_refcount() {
+	python3 - "$@" <<'PY'
+import struct, sys
+path, host, value = sys.argv[1], int(sys.argv[2], 0), int(sys.argv[3], 0)
+bits = int(sys.argv[4], 0) if len(sys.argv) > 4 else 0
+with open(path, 'r+b') as f:
+    h = f.read(112)
+    cbits = struct.unpack('>I', h[20:24])[0]
+    rct = struct.unpack('>Q', h[48:56])[0]
+    order = struct.unpack('>I', h[96:100])[0] if struct.unpack('>I', h[4:8])[0] >= 3 else 4
+    width = 1 << order
+    assert width >= 8, 'byte-sized refcounts only'
+    per_block = (1 << cbits) * 8 // width
+    cl = host >> cbits
+    f.seek(rct + 8 * (cl // per_block))
+    rb = struct.unpack('>Q', f.read(8))[0]
+    f.seek(rb + (cl % per_block) * width // 8)
+    f.write(value.to_bytes(width // 8, 'big'))
+    if bits:
+        f.seek(72)
+        inc = struct.unpack('>Q', f.read(8))[0] | bits
+        f.seek(72)
+        f.write(struct.pack('>Q', inc))
+PY
+}
+
+# host_offset IMAGE GUEST_OFFSET: where qemu-img map says the guest offset lives.
+host_offset() {
+	qemu-img map --output=json "$1" | python3 -c '
+import json, sys
+off = int(sys.argv[1])
+for e in json.load(sys.stdin):
+    if e["start"] <= off < e["start"] + e["length"] and "offset" in e:
+        print(e["offset"] + off - e["start"]); break
+' "$2"
+}
+
+make_images() {
+	rm -f ./*.qcow2 ./*.raw
+
+	q -o cluster_size=4k empty.qcow2 1M
+
+	q data.qcow2 2M
+	io data.qcow2 -c 'write -P 0x11 0 64k' -c 'write -P 0x22 192k 100k' \
+		-c 'write -z 512k 64k' -c 'write -P 0x33 1M 64k' -c 'write -z 1M 64k' \
+		-c 'write -P 0x44 1536k 64k' -c 'discard 1536k 64k'
+
+	q -o compat=0.10,cluster_size=4k v2.qcow2 1M
+	io v2.qcow2 -c 'write -P 0x12 0 12k' -c 'write -P 0x13 100k 3k' -c 'write -z 4k 4k'
+
+	q -o extended_l2=on,cluster_size=32k extl2.qcow2 1M
+	io extl2.qcow2 -c 'write -P 1 0 4k' -c 'write -z 8k 4k' -c 'write -P 2 40k 1k' \
+		-c 'write -P 3 64k 32k' -c 'write -z 72k 2k'
+
+	q -o cluster_size=4k snap.qcow2 1M
+	io snap.qcow2 -c 'write -P 0x21 0 8k'
+	qemu-img snapshot -c snap1 snap.qcow2
+	io snap.qcow2 -c 'write -P 0x22 4k 8k'
+	qemu-img snapshot -c 'second snapshot' snap.qcow2
+	io snap.qcow2 -c 'discard 0 4k'
+
+	q -o cluster_size=4k base.qcow2 1M
+	io base.qcow2 -c 'write -P 0x31 0 64k' -c 'write -P 0x32 512k 16k'
+	q -o cluster_size=4k -b base.qcow2 -F qcow2 mid.qcow2
+	io mid.qcow2 -c 'write -P 0x41 16k 8k' -c 'write -z 512k 4k'
+	q -o cluster_size=8k -b mid.qcow2 -F qcow2 top.qcow2
+	io top.qcow2 -c 'write -P 0x51 8k 8k' -c 'write -z 32k 8k' -c 'write -P 0x52 1000k 8k'
+
+	truncate -s 64k rawbase.raw
+	q -b rawbase.raw -F raw ovl-raw.qcow2 128k
+
+	q -o cluster_size=4k compressed.qcow2 256k
+	io compressed.qcow2 -c 'write -c -P 0x61 0 4k' -c 'write -c -P 0x62 8k 8k' \
+		-c 'write -P 0x63 64k 4k'
+	q -o cluster_size=4k,compression_type=zstd zstd.qcow2 256k
+	io zstd.qcow2 -c 'write -c -P 0x64 4k 4k' -c 'write -P 0x65 16k 4k'
+
+	q -o cluster_size=4k,refcount_bits=1 rc1.qcow2 1M
+	io rc1.qcow2 -c 'write -P 0x71 0 8k' -c 'write -P 0x72 200k 4k'
+	q -o cluster_size=4k,refcount_bits=64 rc64.qcow2 1M
+	io rc64.qcow2 -c 'write -P 0x73 0 8k' -c 'write -P 0x74 300k 4k'
+
+	q -o cluster_size=512 c512.qcow2 256k
+	io c512.qcow2 -c 'write -P 0x75 0 1536' -c 'write -P 0x76 100000 3000'
+
+	# Left dirty by a crash: lazy refcounts not written back.
+	q -o cluster_size=4k,lazy_refcounts=on dirty.qcow2 1M
+	(ulimit -c 0; qemu-io -f qcow2 -c 'write -P 0x81 0 8k' -c abort dirty.qcow2 \
+		>/dev/null 2>&1) || true
+
+	# Two leaked clusters inside the file: freed by discard, refcount put back.
+	q -o cluster_size=4k leaks.qcow2 1M
+	io leaks.qcow2 -c 'write -P 0x91 0 16k'
+	local h1 h2
+	h1=$(host_offset leaks.qcow2 4096)
+	h2=$(host_offset leaks.qcow2 8192)
+	io leaks.qcow2 -c 'discard 4k 8k'
+	set_refcount leaks.qcow2 "$h1" 1
+	set_refcount leaks.qcow2 "$h2" 1
+
+	# A data cluster whose refcount was lost, and the corrupt bit set.
+	q -o cluster_size=4k corrupt.qcow2 1M
+	io corrupt.qcow2 -c 'write -P 0xa1 0 8k'
+	set_refcount corrupt.qcow2 "$(host_offset corrupt.qcow2 4096)" 0 2
+
+	q -o cluster_size=4k,data_file=extdata.raw extdata.qcow2 256k
+	io extdata.qcow2 -c 'write -P 0xb1 4k 8k'
+
+	truncate -s 64k blank.raw
+}
+
+# golden_case NAME ARGS...: record qemu-img's output for this case.
+golden_case() {
+	local name=$1 rc=0
+	shift
+	if grep -qx "$name" <(sed -e 's/[[:space:]]*#.*//' -e '/^$/d' KNOWN-DIFFERENCES); then
+		return 0
+	fi
+	{
+		qemu-img "$@" 2>/dev/null || rc=$?
+		echo "[exit $rc]"
+	} | golden_normalise >"expected/$name.out"
+}
+
+make_images
+mkdir -p expected
+golden_cases
+echo "made $(ls ./*.qcow2 ./*.raw | wc -l) images and $(ls expected | wc -l) expected outputs"
+echo "now refresh the KNOWN-DIFFERENCES cases from ioplane and review them:"
+echo "  GOLDEN_UPDATE=1 IOPLANE=build/ioplane tests/func/test-img-golden.sh; git diff tests/golden"
