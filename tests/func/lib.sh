@@ -71,6 +71,34 @@ func_cleanup() {
 trap func_cleanup EXIT
 
 # True when direct I/O works in the scratch directory.
+# stop_servers STATUS PIDS LOGS: for the exit hooks of the server helpers
+# (nbd-lib.sh, vhost-lib.sh). PIDS and LOGS name arrays. SIGTERM every server,
+# give each 5 s, then SIGKILL; when the test failed (STATUS not 0 or 77), show
+# the end of each server log.
+stop_servers() {
+	local status=$1 pid i
+	local -n srv_pids=$2 srv_logs=$3
+	for pid in "${srv_pids[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in "${srv_pids[@]}"; do
+		for ((i = 0; i < 50; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
+		for i in "${srv_logs[@]}"; do
+			[ -s "$i" ] || continue
+			echo "---- server log $i (last 30 lines)" >&2
+			tail -n 30 "$i" >&2
+		done
+	fi
+	return 0
+}
+
 have_odirect() {
 	dd if=/dev/zero of="$FUNC_TMP/.odirect" bs=4096 count=1 oflag=direct status=none 2>/dev/null
 	local rc=$?

@@ -12,25 +12,7 @@ vhost_pids=()
 vhost_logs=()
 
 vhost_cleanup() {
-	local status=${rc:-0} pid i
-	for pid in "${vhost_pids[@]}"; do
-		kill -TERM "$pid" 2>/dev/null
-	done
-	for pid in "${vhost_pids[@]}"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	done
-	if [ "$status" -ne 0 ] && [ "$status" -ne 77 ]; then
-		for i in "${vhost_logs[@]}"; do
-			[ -s "$i" ] || continue
-			echo "---- server log $i (last 30 lines)" >&2
-			tail -n 30 "$i" >&2
-		done
-	fi
+	stop_servers "${rc:-0}" vhost_pids vhost_logs
 }
 at_exit vhost_cleanup
 trap 'echo "FAIL: line $LINENO: $BASH_COMMAND" >&2' ERR
