@@ -48,6 +48,7 @@ struct serve_nbd {
 
 struct serve {
 	unsigned niothreads, max_conns;
+	int64_t poll_max_ns; /* iothreads' adaptive polling limit (-1: default) */
 	const char *pidfile;
 	char **image_args, **nbd_args, **vhost_args;
 	unsigned nimages, nnbd, nvhost;
@@ -93,6 +94,8 @@ static void serve_usage(FILE *f)
 		"                         time; num-queues defaults to the CPU count; read-only\n"
 		"                         unless writable=on (several allowed)\n"
 		"  --iothreads N          threads serving connections (default: CPU count)\n"
+		"  --poll-max-ns NS       iothreads busy-poll up to NS before sleeping (adaptive;\n"
+		"                         default 32768, 0 turns polling off)\n"
 		"  --max-connections N    connections per listening address (default: no limit)\n"
 		"  --pidfile FILE         write the process ID there once listening\n"
 		"  -v, --verbose          log debug messages    -q, --quiet   log errors only\n"
@@ -132,6 +135,7 @@ static const struct option serve_long_opts[] = {
 	{"iothreads", required_argument, NULL, 't'},
 	{"pidfile", required_argument, NULL, 'p'},
 	{"max-connections", required_argument, NULL, 'm'},
+	{"poll-max-ns", required_argument, NULL, 'P'},
 	{"image", required_argument, NULL, 'i'},
 	{"nbd", required_argument, NULL, 'n'},
 	{"vhost-user-blk", required_argument, NULL, 'u'},
@@ -153,6 +157,14 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 		if (parse_count(arg, 1u << 20, &sv->max_conns) < 0)
 			return usage_error("--max-connections: expected a number, not '%s'", arg);
 		return -1;
+	case 'P': {
+		uint64_t v;
+
+		if (parse_u64(arg, &v) < 0 || v > 1000000000)
+			return usage_error("--poll-max-ns: expected 0..1000000000 ns, not '%s'", arg);
+		sv->poll_max_ns = (int64_t)v;
+		return -1;
+	}
 	case 'p':
 		sv->pidfile = arg;
 		return -1;
@@ -501,6 +513,7 @@ static void free_nbd(struct serve *sv)
 
 static int start_iothreads(struct serve *sv)
 {
+	struct loop_opts lo = {.backend = LOOP_BACKEND_AUTO, .poll_max_ns = sv->poll_max_ns};
 	char name[32];
 	unsigned i;
 	int ret;
@@ -511,7 +524,7 @@ static int start_iothreads(struct serve *sv)
 		return 1;
 	for (i = 0; i < sv->niothreads; i++) {
 		snprintf(name, sizeof(name), "iothread%u", i);
-		ret = iothread_start(name, NULL, &sv->threads[i]);
+		ret = iothread_start(name, &lo, &sv->threads[i]);
 		if (ret < 0) {
 			log_err("cannot start %s: %s", name, strerror(-ret));
 			return 1;
@@ -724,6 +737,7 @@ int cmd_serve(int argc, char **argv)
 	if (!sv)
 		return 1;
 	sv->sig_h.fd = -1;
+	sv->poll_max_ns = -1;
 	status = serve_parse(sv, argc, argv);
 	if (status < 0) {
 		block_signals(&set);

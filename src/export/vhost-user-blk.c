@@ -47,6 +47,7 @@ struct vub_queue {
 	/* Written by the main thread while stopped, read by the iothread. */
 	struct vub_export *exp;
 	struct vu_dev *dev;
+	atomic_int *mem_faulted; /* the device's, set from the SIGBUS guard */
 	struct vring *vr;
 	unsigned idx;
 	struct loop *loop;
@@ -151,7 +152,10 @@ static void vub_notify(struct vub_queue *q)
  * needs reset); requests in flight still complete. Other queues go on. */
 static void vub_broken(struct vub_queue *q, int err)
 {
-	if (!q->broken)
+	if (!q->broken && err == -EFAULT)
+		log_err("%s: queue %u: the front-end shrank guest memory under us: queue stopped",
+			q->exp->name, q->idx);
+	else if (!q->broken)
 		log_warn("%s: queue %u: bad descriptor chain (%s): queue stopped", q->exp->name,
 			 q->idx, strerror(-err));
 	q->broken = true;
@@ -214,10 +218,13 @@ static void vub_process(struct vub_queue *q)
 			pool_put(q, r);
 			if (ret < 0)
 				vub_broken(q, ret);
-			return;
+			break;
 		}
 		vub_start_req(q, r, &c);
 	}
+	/* After the rings were read: a fault while reading them shows here. */
+	if (atomic_load_explicit(q->mem_faulted, memory_order_relaxed))
+		vub_broken(q, -EFAULT);
 }
 
 static void vub_again_cb(struct loop_defer *d)
@@ -266,17 +273,27 @@ static void vub_kick_cb(struct loop_fd *h, uint32_t revents)
 	vub_run(q);
 }
 
-/* Polling: kicks stay off from a poll that found work until one that finds
- * none. The loop polls at least once before it sleeps after a hit, so the
- * queue never sleeps with kicks off. */
+/* Polling: kicks stay off from the first poll that finds work until the loop
+ * is about to sleep (vub_sleep_cb), so that a driver adding requests while we
+ * poll never pays for a kick, nor we for reading it. */
 static bool vub_poll_cb(struct loop_poll *p)
 {
 	struct vub_queue *q = container_of(p, struct vub_queue, poll);
 
-	if (!vring_avail_pending(q->vr)) {
-		if (!q->vr->notify_off || !vring_enable_notify(q->vr))
-			return false;
-	}
+	if (q->broken || q->starved || !vring_avail_pending(q->vr))
+		return false;
+	vring_disable_notify(q->vr);
+	vub_process(q);
+	return true;
+}
+
+static bool vub_sleep_cb(struct loop_poll *p)
+{
+	struct vub_queue *q = container_of(p, struct vub_queue, poll);
+
+	/* A starved queue restarts when its requests complete. */
+	if (q->broken || q->starved || !q->vr->notify_off || !vring_enable_notify(q->vr))
+		return false;
 	vring_disable_notify(q->vr);
 	vub_process(q);
 	return true;
@@ -340,6 +357,7 @@ static void vub_start_cb(struct loop_msg *m)
 	q->kick_h.events = EPOLLIN;
 	q->kick_h.cb = vub_kick_cb;
 	q->poll.poll = vub_poll_cb;
+	q->poll.sleep = vub_sleep_cb;
 	q->flush.cb = vub_flush_cb;
 	q->again.cb = vub_again_cb;
 	q->notify_op.cb = vub_notify_done;
@@ -409,6 +427,7 @@ static int vub_queue_start(void *opaque, struct vu_dev *dev, unsigned idx)
 	if (ret < 0)
 		return ret;
 	q->dev = dev;
+	q->mem_faulted = vu_dev_mem_faulted(dev);
 	q->vr = &vq->vr;
 	q->call_fd = vq->call_fd;
 	q->err_fd = vq->err_fd;

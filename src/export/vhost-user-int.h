@@ -6,6 +6,7 @@
 #ifndef IOPLANE_VHOST_USER_INT_H
 #define IOPLANE_VHOST_USER_INT_H
 
+#include <stdatomic.h>
 #include "export/vhost-user.h"
 #include "loop/loop.h"
 
@@ -32,10 +33,14 @@ struct vu_dev {
 	unsigned nrunning;
 	uint64_t features, protocol_features;
 	struct vring_mem mem;
+	/* Set from the SIGBUS handler (any thread) when the front-end shrank a
+	 * file we map (memory or inflight area): its queues stop (broken). */
+	atomic_int mem_faulted;
 
 	/* Inflight area (GET/SET_INFLIGHT_FD): nq queues of qsize entries. */
 	uint8_t *inflight;
 	size_t inflight_len;
+	int inflight_guard;
 	uint16_t inflight_nq, inflight_qsize;
 
 	/* The message being received or handled. */

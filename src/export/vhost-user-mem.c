@@ -2,7 +2,9 @@
  * REM_MEM_REG, GET_MAX_MEM_SLOTS, GET_INFLIGHT_FD, SET_INFLIGHT_FD. Regions
  * are mapped whole (from file offset 0, so that hugetlbfs alignment holds)
  * after checking that the file really is that large: touching a mapping past
- * the end of its file would kill the daemon with SIGBUS.
+ * the end of its file would kill the daemon with SIGBUS. The front-end may
+ * still shrink the file later, so every mapping is also guarded (mapguard.h):
+ * a fault then reads zero pages and stops the device's queues.
  *
  * THREADING RULE: control loop only; mappings change only while no queue of
  * the connection runs (every handler here stops them first). */
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "export/vhost-user-int.h"
+#include "util/mapguard.h"
 
 #define VU_INFLIGHT_MAX (64ull << 20)
 
@@ -30,7 +33,8 @@ static int fd_covers(int fd, uint64_t len)
 	return 0;
 }
 
-static int region_map(const struct vu_mem_region *in, int fd, struct vring_region *out)
+static int region_map(const struct vu_mem_region *in, int fd, struct vring_region *out,
+		      atomic_int *faulted)
 {
 	uint64_t len;
 	void *p;
@@ -54,11 +58,20 @@ static int region_map(const struct vu_mem_region *in, int fd, struct vring_regio
 	out->host = (uint8_t *)p + in->mmap_offset;
 	out->map_base = p;
 	out->map_len = (size_t)len;
+	/* The front-end can still shrink the file: fault to zero pages. */
+	out->guard = mapguard_add(p, (size_t)len, faulted);
+	if (out->guard < 0) {
+		ret = out->guard;
+		out->guard = 0;
+		munmap(p, (size_t)len);
+		return ret;
+	}
 	return 0;
 }
 
 static void region_unmap(struct vring_region *r)
 {
+	mapguard_del(r->guard);
 	if (r->map_base)
 		munmap(r->map_base, r->map_len);
 	memset(r, 0, sizeof(*r));
@@ -81,14 +94,15 @@ static bool region_overlaps(const struct vring_mem *m, const struct vring_region
 	return false;
 }
 
-static int mem_add(struct vring_mem *m, const struct vu_mem_region *in, int fd)
+static int mem_add(struct vring_mem *m, const struct vu_mem_region *in, int fd,
+		   atomic_int *faulted)
 {
 	struct vring_region r;
 	int ret;
 
 	if (m->nregions == VRING_MAX_REGIONS)
 		return -ENOSPC;
-	ret = region_map(in, fd, &r);
+	ret = region_map(in, fd, &r, faulted);
 	if (ret < 0)
 		return ret;
 	if (region_overlaps(m, &r)) {
@@ -128,7 +142,7 @@ int vu_h_set_mem_table(struct vu_dev *d, struct vu_reply *rep)
 	if (ret)
 		return ret;
 	for (i = 0; i < t.nregions; i++) {
-		ret = mem_add(&m, &t.r[i], d->fds[i]);
+		ret = mem_add(&m, &t.r[i], d->fds[i], &d->mem_faulted);
 		if (ret < 0) {
 			vu_mem_unmap_all(&m);
 			return ret;
@@ -163,7 +177,7 @@ int vu_h_add_mem_reg(struct vu_dev *d, struct vu_reply *rep)
 	ret = vu_stop_all(d);
 	if (ret)
 		return ret;
-	ret = mem_add(&d->mem, &s.r, d->fds[0]);
+	ret = mem_add(&d->mem, &s.r, d->fds[0], &d->mem_faulted);
 	return ret < 0 ? ret : vu_start_ready(d);
 }
 
@@ -202,6 +216,8 @@ int vu_h_get_max_mem_slots(struct vu_dev *d, struct vu_reply *rep)
 
 void vu_inflight_unmap(struct vu_dev *d)
 {
+	mapguard_del(d->inflight_guard);
+	d->inflight_guard = 0;
 	if (d->inflight)
 		munmap(d->inflight, d->inflight_len);
 	d->inflight = NULL;
@@ -234,6 +250,8 @@ static void inflight_set(struct vu_dev *d, void *p, size_t len, const struct vu_
 	vu_inflight_unmap(d);
 	d->inflight = p;
 	d->inflight_len = len;
+	/* Out of slots: unguarded, as the area is small and ours to size. */
+	d->inflight_guard = mapguard_add(p, len, &d->mem_faulted);
 	d->inflight_nq = m->num_queues;
 	d->inflight_qsize = m->queue_size;
 }

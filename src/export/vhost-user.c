@@ -809,6 +809,11 @@ struct vu_vq *vu_dev_vq(struct vu_dev *d, unsigned idx)
 	return &d->vqs[idx];
 }
 
+atomic_int *vu_dev_mem_faulted(struct vu_dev *d)
+{
+	return &d->mem_faulted;
+}
+
 uint64_t vu_dev_features(const struct vu_dev *d)
 {
 	return d->features;

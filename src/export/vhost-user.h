@@ -12,6 +12,7 @@
 #ifndef IOPLANE_VHOST_USER_H
 #define IOPLANE_VHOST_USER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -169,6 +170,9 @@ void vu_dev_free(struct vu_dev *d);
 struct vu_vq *vu_dev_vq(struct vu_dev *d, unsigned idx);
 uint64_t vu_dev_features(const struct vu_dev *d); /* negotiated */
 void vu_queue_stopped(struct vu_dev *d, unsigned idx);
+/* Becomes non-zero (from any thread) when a file the front-end gave us was
+ * shrunk under our mapping; the device's queues must stop. */
+atomic_int *vu_dev_mem_faulted(struct vu_dev *d);
 
 /* Fuzz entry point: feeds data as a front-end's message stream to a
  * vhost-user-blk device on a null image. fds the messages need are made up

@@ -61,9 +61,10 @@ static inline uint64_t vring_used_size(unsigned num) { return 6ull + 8ull * num;
 struct vring_region {
 	uint64_t gpa, uva, size;
 	uint8_t *host;
-	/* the mapping to undo (vhost-user.c) */
+	/* the mapping to undo (vhost-user.c) and its SIGBUS guard handle */
 	void *map_base;
 	size_t map_len;
+	int guard;
 };
 
 /* Immutable while any queue using it runs. */

@@ -5,6 +5,7 @@
  * not the iothread (normally the main thread); `loop` is written by the
  * iothread before it posts `started` and read by others only after that. */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 
 #include "loop/coroutine.h"
 #include "loop/iothread.h"
+#include "util/log.h"
 
 struct iothread {
 	pthread_t tid;
@@ -46,6 +48,19 @@ static void sem_wait_intr(sem_t *s)
 		;
 }
 
+/* What the loop did, for whoever tunes polling (IOPLANE_LOG=debug). */
+static void iothread_log_stats(const char *name, struct loop *loop)
+{
+	struct loop_stats st;
+
+	loop_get_stats(loop, &st);
+	log_debug("%s: %" PRIu64 " rounds, %" PRIu64 " sleeps, %" PRIu64 " io_uring_enter, "
+		  "%" PRIu64 " wake-ups sent to it, polling %" PRIu64 " hits %" PRIu64 " misses, "
+		  "poll time %" PRIu64 " ns",
+		  name, st.rounds, st.sleeps, st.submits, st.wakeups_sent, st.poll_hits,
+		  st.poll_misses, st.poll_ns);
+}
+
 static void *iothread_main(void *arg)
 {
 	struct iothread *t = arg;
@@ -63,6 +78,7 @@ static void *iothread_main(void *arg)
 	if (t->start_ret < 0)
 		return NULL;
 	loop_run(loop);
+	iothread_log_stats(t->name, loop);
 	sem_wait_intr(&t->released);
 	loop_free(loop);
 	coroutine_pool_cleanup();
@@ -81,13 +97,15 @@ int iothread_start(const char *name, const struct loop_opts *opts, struct iothre
 	snprintf(t->name, sizeof(t->name), "%s", name ? name : "iothread");
 	if (opts)
 		t->opts = *opts;
+	else
+		t->opts = (struct loop_opts){.backend = LOOP_BACKEND_AUTO, .poll_max_ns = -1};
 	sem_init(&t->started, 0, 0);
 	sem_init(&t->released, 0, 0);
 	ret = -pthread_attr_init(&attr);
 	if (ret < 0)
 		goto fail;
 	/* Signals go to the main thread, not to a loop that may be polling. */
-	sigfillset(&all);
+	loop_thread_sigmask(&all);
 	pthread_attr_setsigmask_np(&attr, &all);
 	ret = -pthread_create(&t->tid, &attr, iothread_main, t);
 	pthread_attr_destroy(&attr);

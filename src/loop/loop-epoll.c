@@ -12,7 +12,7 @@
 
 #define MAX_EVENTS 64
 
-int loop_ring_setup(struct loop *loop, unsigned entries);
+int loop_ring_setup(struct loop *loop, unsigned entries, bool owner_waits);
 
 static void ring_fd_cb(struct loop_fd *h, uint32_t revents)
 {
@@ -27,7 +27,7 @@ int loop_epoll_init(struct loop *loop)
 	loop->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (loop->epfd < 0)
 		return -errno;
-	if (loop_ring_setup(loop, 0) < 0)
+	if (loop_ring_setup(loop, 0, false) < 0)
 		return 0; /* no io_uring here: the io_uring engine will refuse */
 	loop->ring_h = (struct loop_fd){.fd = loop->ring.ring_fd, .events = EPOLLIN,
 					.cb = ring_fd_cb};

@@ -65,6 +65,10 @@ struct loop {
 	/* io_uring: the fd monitor (uring backend) and the I/O engine's ring. */
 	struct io_uring ring;
 	bool have_ring;
+	/* The ring was set up with DEFER_TASKRUN: completions are posted only
+	 * when this thread enters the kernel to get events, and the kernel says
+	 * there are some with IORING_SQ_TASKRUN. */
+	bool ring_defer;
 	unsigned ops_inflight; /* TAG_OP SQEs handed out and not yet completed */
 	struct loop_fd ring_h; /* epoll backend: watches the ring fd */
 
@@ -81,6 +85,16 @@ static inline int loop_ring_submit(struct loop *loop)
 {
 	loop->stats.submits++;
 	return io_uring_submit(&loop->ring);
+}
+
+/* With a DEFER_TASKRUN ring, post the completions the kernel holds for us
+ * (one system call, only when it says there are some). */
+static inline void loop_ring_get_events(struct loop *loop)
+{
+	if (loop->ring_defer && (IO_URING_READ_ONCE(*loop->ring.sq.kflags) & IORING_SQ_TASKRUN)) {
+		loop->stats.submits++;
+		io_uring_get_events(&loop->ring);
+	}
 }
 
 /* loop.c, for the backends */

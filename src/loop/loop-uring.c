@@ -3,6 +3,7 @@
  * one io_uring_enter submits the round's I/O and waits for the next events.
  * Threading: owned by the loop's thread. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "loop/loop-int.h"
@@ -11,34 +12,49 @@
 #define RING_ENTRIES 256
 #define CQ_ENTRIES 4096
 
-/* Also used by the epoll backend for the I/O ring. */
-int loop_ring_setup(struct loop *loop, unsigned entries);
+/* Also used by the epoll backend for the I/O ring (owner_waits false: that
+ * ring is watched through its fd by epoll, which deferred completions would
+ * not wake). */
+int loop_ring_setup(struct loop *loop, unsigned entries, bool owner_waits);
 
-int loop_ring_setup(struct loop *loop, unsigned entries)
+/* The flags we would like, best first; each step drops what an older kernel
+ * refuses. COOP_TASKRUN: a completion does not interrupt the thread (no IPI)
+ * while it runs or polls; DEFER_TASKRUN: completions are processed in a batch
+ * when the loop asks for events, on its own thread - the ring is only ever
+ * entered by the loop's thread, which SINGLE_ISSUER holds the kernel to. */
+static const unsigned ring_flag_steps[] = {
+	IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG |
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+	IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+	IORING_SETUP_SUBMIT_ALL,
+	0,
+};
+
+int loop_ring_setup(struct loop *loop, unsigned entries, bool owner_waits)
 {
 	struct io_uring_params p;
+	unsigned i = owner_waits ? 0 : 2;
 	int ret;
 
-	memset(&p, 0, sizeof(p));
-	p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
-	p.cq_entries = CQ_ENTRIES;
-	ret = io_uring_queue_init_params(entries ? entries : RING_ENTRIES, &loop->ring, &p);
-	if (ret == -EINVAL) { /* older kernel: no SUBMIT_ALL */
+	for (;; i++) {
 		memset(&p, 0, sizeof(p));
-		p.flags = IORING_SETUP_CQSIZE;
+		p.flags = IORING_SETUP_CQSIZE | ring_flag_steps[i];
 		p.cq_entries = CQ_ENTRIES;
 		ret = io_uring_queue_init_params(entries ? entries : RING_ENTRIES, &loop->ring,
 						 &p);
+		if (ret != -EINVAL || i + 1 == sizeof(ring_flag_steps) / sizeof(ring_flag_steps[0]))
+			break;
 	}
 	if (ret < 0)
 		return ret;
 	loop->have_ring = true;
+	loop->ring_defer = (p.flags & IORING_SETUP_DEFER_TASKRUN) != 0;
 	return 0;
 }
 
 int loop_uring_init(struct loop *loop)
 {
-	return loop_ring_setup(loop, 0);
+	return loop_ring_setup(loop, 0, getenv("IOPLANE_RING_PLAIN") == NULL);
 }
 
 void loop_uring_fini(struct loop *loop)
@@ -93,6 +109,7 @@ void loop_uring_wait(struct loop *loop, int64_t timeout_ns)
 	if (timeout_ns == 0) {
 		if (io_uring_sq_ready(&loop->ring))
 			loop_ring_submit(loop);
+		loop_ring_get_events(loop);
 	} else if (timeout_ns < 0) {
 		loop->stats.submits++;
 		ret = io_uring_submit_and_wait(&loop->ring, 1);

@@ -103,7 +103,8 @@ static int loop_init_backend(struct loop *loop, enum loop_backend want)
 
 int loop_new(const struct loop_opts *opts, struct loop **out)
 {
-	struct loop_opts dflt = {0};
+	/* No options: the defaults, adaptive polling included. */
+	struct loop_opts dflt = {.backend = LOOP_BACKEND_AUTO, .poll_max_ns = -1};
 	enum loop_backend want;
 	struct loop *loop;
 	int ret;
@@ -617,8 +618,11 @@ static bool poll_once(struct loop *loop)
 		next = p->next;
 		progress |= p->poll(p);
 	}
-	if (loop->have_ring && io_uring_cq_ready(&loop->ring))
-		progress |= loop_reap_cqes(loop);
+	if (loop->have_ring) {
+		loop_ring_get_events(loop);
+		if (io_uring_cq_ready(&loop->ring))
+			progress |= loop_reap_cqes(loop);
+	}
 	return progress || msgs_pending(loop) || loop->defer_head || atomic_load(&loop->stop);
 }
 
@@ -674,6 +678,20 @@ static void backend_wait(struct loop *loop, int64_t timeout_ns)
 		loop_epoll_wait(loop, timeout_ns);
 }
 
+/* Give poll handlers their last look before the loop sleeps. */
+static bool polls_before_sleep(struct loop *loop)
+{
+	struct loop_poll *p, *next;
+	bool found = false;
+
+	for (p = loop->polls; p; p = next) {
+		next = p->next;
+		if (p->sleep)
+			found |= p->sleep(p);
+	}
+	return found;
+}
+
 static void wait_blocking(struct loop *loop)
 {
 	bool can_poll = loop->poll_max_ns > 0 && (loop->npolls || loop->ops_inflight);
@@ -684,6 +702,10 @@ static void wait_blocking(struct loop *loop)
 		start = loop_now_ns();
 		if (loop->poll_ns && busy_poll(loop, start))
 			return;
+	}
+	if (loop->npolls && polls_before_sleep(loop)) {
+		loop->stats.poll_hits++;
+		return;
 	}
 	/* From here until notify_me is cleared, senders may write the eventfd
 	 * (once: `notified`); count this window as a sleep. */
@@ -715,6 +737,7 @@ static void wait_nonblocking(struct loop *loop, bool busy)
 		/* Submitting is a system call only when something is queued. */
 		if (io_uring_sq_ready(&loop->ring))
 			loop_ring_submit(loop);
+		loop_ring_get_events(loop);
 		loop_reap_cqes(loop);
 		return;
 	}
@@ -761,4 +784,14 @@ void loop_get_stats(const struct loop *loop, struct loop_stats *out)
 	*out = loop->stats;
 	out->wakeups_sent = atomic_load(&loop->wakeups_sent);
 	out->poll_ns = loop->poll_ns;
+	out->poll_max_ns = (uint64_t)loop->poll_max_ns;
+}
+
+void loop_thread_sigmask(sigset_t *set)
+{
+	sigfillset(set);
+	sigdelset(set, SIGBUS);
+	sigdelset(set, SIGSEGV);
+	sigdelset(set, SIGFPE);
+	sigdelset(set, SIGILL);
 }

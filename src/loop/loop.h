@@ -7,6 +7,7 @@
 #ifndef IOPLANE_LOOP_H
 #define IOPLANE_LOOP_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,9 +65,15 @@ struct loop_fd {
 };
 
 /* Poll handler: called repeatedly while the loop busy-polls before sleeping.
- * Returns true when it found and handled work. */
+ * Returns true when it found and handled work.
+ * sleep (optional): called once before the loop sleeps, whether it polled or
+ * not. A source that can tell its producer to stop notifying while it is
+ * polled (a virtqueue's NO_NOTIFY) turns notifications back on here, then
+ * looks once more; it returns true (and handles the work) if work came in
+ * meanwhile, and the loop then does not sleep. */
 struct loop_poll {
 	bool (*poll)(struct loop_poll *p);
+	bool (*sleep)(struct loop_poll *p);
 	struct loop_poll *next; /* private */
 	struct loop_poll **pprev;
 };
@@ -94,6 +101,7 @@ struct loop_stats {
 	uint64_t poll_hits;      /* polling phases that found work */
 	uint64_t poll_misses;
 	uint64_t poll_ns;        /* current adaptive poll time */
+	uint64_t poll_max_ns;    /* its limit (0: polling off) */
 };
 
 int loop_new(const struct loop_opts *opts, struct loop **out);
@@ -160,5 +168,11 @@ void loop_get_stats(const struct loop *loop, struct loop_stats *out);
  * for the loop's life. */
 #define LOOP_MAX_THREADS 128
 unsigned loop_index(const struct loop *loop);
+
+/* The signal mask for threads ioplane starts (iothreads, pool workers):
+ * every signal blocked - they are the main thread's business - except the
+ * synchronous ones, which a blocked mask would turn fatal whatever their
+ * handler (the SIGBUS guard of util/mapguard.h must run on such threads). */
+void loop_thread_sigmask(sigset_t *set);
 
 #endif

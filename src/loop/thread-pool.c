@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -357,8 +356,8 @@ static int tp_spawn(void)
 	ret = pthread_attr_init(&attr);
 	if (ret)
 		return -ret;
-	/* Workers take no signals; they are the main thread's business. */
-	sigfillset(&all);
+	/* Workers take no signals but the synchronous ones. */
+	loop_thread_sigmask(&all);
 	pthread_attr_setsigmask_np(&attr, &all);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	ret = pthread_create(&tid, &attr, tp_worker_main, NULL);

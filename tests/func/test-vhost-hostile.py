@@ -180,16 +180,50 @@ def test_broken_queue(path, memfd, mem):
     print('descriptor loop stops its queue only: ok')
 
 
+def test_shrunk_memory(path, log_path):
+    """The front-end truncates its memory file after SET_MEM_TABLE: touching the mapping
+    would raise SIGBUS. The daemon must survive, stop that device's queue (error eventfd)
+    and log why."""
+    memfd = os.memfd_create('shrinking-guest')
+    os.ftruncate(memfd, MEM)
+    mem = mmap.mmap(memfd, MEM)
+    fe = FrontEnd(path)
+    handshake(fe, memfd)
+    q = setup_queue(fe, mem, 0, 0x10000)
+    struct.pack_into('<IIQ', mem, 0x31000, 8, 0, 0)
+    descs = [(0x31000, 16, 1, 1), (0x31040, 20, 3, 2), (0x31100, 1, 2, 0)]
+    for i, (addr, ln, fl, nxt) in enumerate(descs):
+        struct.pack_into('<QIHH', mem, q[0] + 16 * i, addr, ln, fl, nxt)
+    struct.pack_into('<HHH', mem, q[1], 0, 1, 0)
+    mem.close()
+    os.ftruncate(memfd, 0)
+    os.eventfd_write(q[3], 1)
+    wait_fd(q[5], 'the error eventfd of the queue whose memory was shrunk')
+    fe.s.close()
+    os.close(memfd)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        with open(log_path) as f:
+            if 'shrank guest memory' in f.read():
+                break
+        time.sleep(0.05)
+    else:
+        fail('no log line about the shrunk guest memory')
+    print('memory shrunk by the front-end stops its queue, daemon lives: ok')
+
+
 def main():
     if not os.access(IOPLANE, os.X_OK):
         print('SKIP: no ioplane binary at %s' % IOPLANE)
         return 77
     tmp = tempfile.mkdtemp(prefix='ioplane-vhost-hostile.')
     sock = os.path.join(tmp, 'vhost.sock')
+    log_path = os.path.join(tmp, 'server.log')
+    log_f = open(log_path, 'w')
     proc = subprocess.Popen([IOPLANE, 'serve', '--iothreads', '2', '--image',
                              'd,driver=null,size=64M,read-zeroes=on', '--vhost-user-blk',
                              'unix=%s,image=d,num-queues=2,writable=on,serial=hostile' % sock],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=log_f, stderr=subprocess.STDOUT, text=True)
     ok = False
     try:
         wait_socket(sock, proc)
@@ -198,6 +232,9 @@ def main():
         mem = mmap.mmap(memfd, MEM)
         test_messages(sock, memfd)
         test_broken_queue(sock, memfd, mem)
+        test_shrunk_memory(sock, log_path)
+        if proc.poll() is not None:
+            fail('ioplane serve died (%d) after the memory was shrunk' % proc.returncode)
         out = subprocess.run([IOPLANE, 'bench', '--vhost-user', sock, '--num-queues', '2',
                               '-c', '2000', '-q'], timeout=60)
         if out.returncode:
@@ -210,7 +247,9 @@ def main():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        log = proc.stdout.read() if proc.stdout else ''
+        log_f.close()
+        with open(log_path) as f:
+            log = f.read()
         if log and not ok:
             print('---- server log\n' + log[-3000:])
         shutil.rmtree(tmp, ignore_errors=True)

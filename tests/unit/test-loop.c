@@ -14,6 +14,7 @@
 #include <cmocka.h>
 #include <liburing.h>
 
+#include "loop/iothread.h"
 #include "loop/loop.h"
 
 static struct loop *new_loop(int64_t poll_max_ns)
@@ -351,6 +352,101 @@ static void test_poll_handler_wakes(void **state)
 	loop_free(loop);
 }
 
+/* No options means the defaults, and the default is to poll: a daemon's
+ * iothreads started without options must not lose polling. */
+static void read_stats(void *arg)
+{
+	loop_get_stats(loop_current(), arg);
+}
+
+static void test_default_opts_poll(void **state)
+{
+	struct loop_stats st;
+	struct iothread *t;
+	struct loop *loop;
+
+	(void)state;
+	unsetenv("IOPLANE_POLL_MAX_NS");
+	assert_int_equal(loop_new(NULL, &loop), 0);
+	loop_get_stats(loop, &st);
+	assert_int_equal(st.poll_max_ns, LOOP_POLL_MAX_NS_DEFAULT);
+	loop_free(loop);
+	assert_int_equal(iothread_start("dflt", NULL, &t), 0);
+	memset(&st, 0, sizeof(st));
+	iothread_run_sync(t, read_stats, &st);
+	assert_int_equal(st.poll_max_ns, LOOP_POLL_MAX_NS_DEFAULT);
+	iothread_join(t);
+}
+
+/* The sleep hook runs once before each sleep, polling or not; work it finds
+ * ends the wait with no sleep. */
+struct stest {
+	struct loop_poll p;
+	int polls, sleeps;
+	int find_on_sleep; /* the sleep hook reports work this many times */
+};
+
+static bool stest_poll(struct loop_poll *p)
+{
+	((struct stest *)p)->polls++;
+	return false;
+}
+
+static bool stest_sleep(struct loop_poll *p)
+{
+	struct stest *t = (struct stest *)p;
+
+	t->sleeps++;
+	if (t->find_on_sleep) {
+		t->find_on_sleep--;
+		return true;
+	}
+	return false;
+}
+
+static void test_poll_sleep_hook(void **state)
+{
+	struct stest t = {.p.poll = stest_poll, .p.sleep = stest_sleep};
+	struct tick tk = {.t.cb = tick_cb};
+	struct loop_stats a, b;
+	int64_t max;
+
+	(void)state;
+	for (max = 0; max <= 32768; max += 32768) {
+		struct loop *loop = new_loop(max);
+
+		memset(&t, 0, sizeof(t));
+		t.p.poll = stest_poll;
+		t.p.sleep = stest_sleep;
+		tk.fired = 0;
+		loop_poll_add(loop, &t.p);
+		/* Three rounds in which the hook finds work: no sleep in them. */
+		t.find_on_sleep = 3;
+		loop_timer_arm(loop, &tk.t, loop_now_ns() + 60ull * 1000000000);
+		loop_get_stats(loop, &a);
+		loop_run_once(loop, true);
+		loop_run_once(loop, true);
+		loop_run_once(loop, true);
+		loop_get_stats(loop, &b);
+		assert_int_equal(t.sleeps, 3);
+		assert_int_equal(b.sleeps, a.sleeps);
+		assert_int_equal(tk.fired, 0);
+		/* Then it finds nothing: the loop sleeps until the timer. */
+		loop_timer_cancel(loop, &tk.t);
+		loop_timer_arm(loop, &tk.t, loop_now_ns() + 1000000);
+		while (loop_timer_armed(&tk.t))
+			loop_run_once(loop, true);
+		loop_get_stats(loop, &b);
+		assert_int_equal(tk.fired, 1);
+		assert_true(t.sleeps >= 4);
+		assert_true(b.sleeps > a.sleeps);
+		if (max == 0)
+			assert_int_equal(t.polls, 0);
+		loop_poll_del(loop, &t.p);
+		loop_free(loop);
+	}
+}
+
 /* ---- io_uring ops through the loop's ring ---- */
 
 struct uop {
@@ -448,6 +544,8 @@ int main(void)
 		cmocka_unit_test(test_poll_off_never_polls),
 		cmocka_unit_test(test_poll_adapts),
 		cmocka_unit_test(test_poll_handler_wakes),
+		cmocka_unit_test(test_default_opts_poll),
+		cmocka_unit_test(test_poll_sleep_hook),
 		cmocka_unit_test(test_uring_ops_batched),
 		cmocka_unit_test(test_backend_env),
 		cmocka_unit_test(test_forced_backends),
