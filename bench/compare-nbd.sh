@@ -11,7 +11,10 @@
 #   bench/compare-nbd.sh [--runtime S] [--reps N] [--servers "ioplane qsd nbdkit"]
 #                        [--backends "null file"] [--depths "1 64"] [--strace-ios N]
 #                        [--file PATH] [--direct] [--qsd-iothread] [--quick] [--strict]
+#                        [--ioplane-args "SERVE OPTIONS"]
 #
+# --ioplane-args adds options to ioplane's serve command line, e.g. "--poll-max-ns 0"
+# to see what adaptive polling costs and brings.
 # Fairness: one connection, served by one I/O thread where the server has a choice
 # (ioplane --iothreads 1; nbdkit keeps its default thread pool, which it needs to run
 # requests in parallel). qsd serves from its main loop: an iothread would be fairer, but
@@ -39,6 +42,7 @@ strace_ios=20000
 file=
 direct=0
 strict=0
+ioplane_args=()
 qsd_iot=()
 qsd_exp=
 
@@ -60,6 +64,7 @@ while [ $# -gt 0 ]; do
 	--qsd-iothread) qsd_iot=(--object iothread,id=iot0); qsd_exp=,iothread=iot0 ;;
 	--quick) runtime=3; reps=1; strace_ios=5000 ;;
 	--strict) strict=1 ;;
+	--ioplane-args) read -r -a ioplane_args <<<"${2?}"; shift ;;
 	-h | --help) usage ;;
 	*) echo "compare-nbd.sh: unknown argument $1" >&2; usage ;;
 	esac
@@ -106,9 +111,9 @@ server_cmd() {
 	local cache=writeback qcache=off
 	[ $direct = 1 ] && cache=none qcache=on
 	case "$1/$2" in
-	ioplane/null) srv=("$IOPLANE" serve --iothreads 1 --image e0,driver=null,size=1G
+	ioplane/null) srv=("$IOPLANE" serve --iothreads 1 "${ioplane_args[@]}" --image e0,driver=null,size=1G
 		--nbd "unix=$sock,image=e0") ;;
-	ioplane/file) srv=("$IOPLANE" serve --iothreads 1
+	ioplane/file) srv=("$IOPLANE" serve --iothreads 1 "${ioplane_args[@]}"
 		--image "e0,file=$file,format=raw,cache=$cache,aio=io_uring"
 		--nbd "unix=$sock,image=e0") ;;
 	qsd/null) srv=(qemu-storage-daemon "${qsd_iot[@]}"

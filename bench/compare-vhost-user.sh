@@ -14,7 +14,10 @@
 #   bench/compare-vhost-user.sh [--count N] [--reps N] [--backends "null file"]
 #        [--depths "1 64"] [--queues "1 2"] [--setup-queues "1 16 64 256"]
 #        [--iothreads N] [--strace-count N] [--file PATH] [--quick] [--strict]
+#        [--ioplane-args "SERVE OPTIONS"]
 #
+# --ioplane-args adds options to ioplane's serve command line, e.g. "--poll-max-ns 0"
+# to see what adaptive polling costs and brings (qsd does not poll virtqueues).
 # Fairness: each server runs its queues in one I/O thread by default (ioplane
 # --iothreads 1; qsd's export on one iothread object); --iothreads N gives ioplane more.
 # The null backends do not fill read buffers (read-zeroes off). The file backend reads a
@@ -35,6 +38,7 @@ iothreads=1
 strace_count=50000
 file=
 strict=0
+ioplane_args=()
 
 usage() {
 	sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" >&2
@@ -54,6 +58,7 @@ while [ $# -gt 0 ]; do
 	--file) file=${2:?}; shift ;;
 	--quick) count=50000; reps=1; strace_count=20000 ;;
 	--strict) strict=1 ;;
+	--ioplane-args) read -r -a ioplane_args <<<"${2?}"; shift ;;
 	-h | --help) usage ;;
 	*) echo "unknown option $1" >&2; usage ;;
 	esac
@@ -86,7 +91,7 @@ start() {
 	if [ "$srv" = ioplane ]; then
 		local img="d,driver=null,size=1G"
 		[ "$be" = file ] && img="d,file=$file,cache=writeback,aio=io_uring"
-		"$IOPLANE" serve --iothreads "$iothreads" --image "$img" \
+		"$IOPLANE" serve --iothreads "$iothreads" "${ioplane_args[@]}" --image "$img" \
 			--vhost-user-blk unix="$sock",image=d,num-queues="$nq" >"$tmp/server.log" 2>&1 &
 	else
 		local bd="driver=null-co,node-name=d,size=1073741824"

@@ -20,7 +20,7 @@
 #include "block/file.h"
 #include "util/log.h"
 
-#define FILE_AIO_REAP	  64 /* events copied out of the ring at a time */
+#define FILE_AIO_REAP	  16 /* events copied out of the ring at a time */
 #define FILE_AIO_RETRY_NS 1000000ull
 
 /* The completion ring the kernel maps at the io_context_t address (fs/aio.c,
@@ -227,16 +227,17 @@ static bool file_aio_reap(struct file_aio_thread *th)
 	bool found = false;
 	int n;
 
+	/* Room was freed: send what waited (including continuations and
+	 * requests submitted by the callbacks) after each chunk, not after the
+	 * whole burst, for the reason loop_reap_cqes() gives. */
 	do {
 		n = file_aio_get_events(th, ev, FILE_AIO_REAP);
 		for (int i = 0; i < n; i++)
 			file_aio_event(th, &ev[i]);
 		found |= n > 0;
+		if (n > 0 && th->head)
+			file_aio_kick(th);
 	} while (n == FILE_AIO_REAP);
-	/* Room was freed: send what waited (including continuations and
-	 * requests submitted by the callbacks above) in one io_submit now. */
-	if (found && th->head)
-		file_aio_kick(th);
 	return found;
 }
 

@@ -80,6 +80,9 @@ struct loop {
 	unsigned busy_rounds; /* consecutive non-blocking rounds (epoll fd checks) */
 };
 
+/* Completions dispatched per round at most (loop_reap_cqes). */
+#define LOOP_REAP_BUDGET 16
+
 /* Every io_uring_enter made by the loop goes through here (counted). */
 static inline int loop_ring_submit(struct loop *loop)
 {

@@ -573,7 +573,15 @@ struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
 	return sqe;
 }
 
-/* Dispatch every CQE that is ready, without a system call. */
+/* Dispatch the CQEs that are ready, without a system call: at most
+ * LOOP_REAP_BUDGET of them, so that a round stays short. The work their
+ * callbacks queue (new I/O to replace finished I/O) reaches the kernel at the
+ * end of the round, and a round that took in a large burst of completions at
+ * once would hold all of it back until the last callback ran: on a disk whose
+ * throughput grows with the number of requests it holds, that costs
+ * throughput (measured: 4 KiB O_DIRECT random reads at depth 64 on a virtual
+ * disk, ~10% fewer IOPS than submitting early). The rest wait in the ring for
+ * the next round, which then does not sleep. */
 bool loop_reap_cqes(struct loop *loop)
 {
 	struct io_uring_cqe *cqe;
@@ -586,6 +594,8 @@ bool loop_reap_cqes(struct loop *loop)
 		int res = cqe->res;
 		uint32_t flags = cqe->flags;
 
+		if (n == LOOP_REAP_BUDGET)
+			break;
 		/* Mark it seen before the callback so that a callback may submit. */
 		io_uring_cq_advance(&loop->ring, 1);
 		n++;

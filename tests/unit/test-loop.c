@@ -15,6 +15,7 @@
 #include <liburing.h>
 
 #include "loop/iothread.h"
+#include "loop/loop-int.h"
 #include "loop/loop.h"
 
 static struct loop *new_loop(int64_t poll_max_ns)
@@ -503,6 +504,47 @@ static void test_uring_ops_batched(void **state)
 	loop_free(loop);
 }
 
+/* A burst of completions is dispatched LOOP_REAP_BUDGET at a time, one
+ * batch per round, and the rounds after the first do not sleep on the rest
+ * (a far-away timer would hold a sleeping loop for a minute). */
+static void test_reap_budget(void **state)
+{
+	struct loop *loop = new_loop(0);
+	struct tick tk = {.t.cb = tick_cb};
+	enum { N = 40 };
+	struct uop u[N];
+	uint64_t t0;
+	int i, done, rounds = 0;
+
+	(void)state;
+	if (!loop_uring(loop)) {
+		loop_free(loop);
+		skip();
+	}
+	for (i = 0; i < N; i++) {
+		struct io_uring_sqe *sqe = loop_uring_sqe(loop);
+
+		assert_non_null(sqe);
+		u[i] = (struct uop){.op.cb = uop_cb};
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, &u[i].op);
+	}
+	loop_timer_arm(loop, &tk.t, loop_now_ns() + 60ull * 1000000000);
+	t0 = loop_now_ns();
+	do {
+		loop_run_once(loop, true);
+		rounds++;
+		for (done = 0, i = 0; i < N; i++)
+			done += u[i].done;
+		assert_true(done <= rounds * LOOP_REAP_BUDGET);
+	} while (done < N && rounds < 100);
+	assert_int_equal(done, N);
+	assert_true(rounds >= (N + LOOP_REAP_BUDGET - 1) / LOOP_REAP_BUDGET);
+	assert_true(loop_now_ns() - t0 < 30ull * 1000000000);
+	loop_timer_cancel(loop, &tk.t);
+	loop_free(loop);
+}
+
 static void test_backend_env(void **state)
 {
 	const char *env = getenv("IOPLANE_LOOP_BACKEND");
@@ -547,6 +589,7 @@ int main(void)
 		cmocka_unit_test(test_default_opts_poll),
 		cmocka_unit_test(test_poll_sleep_hook),
 		cmocka_unit_test(test_uring_ops_batched),
+		cmocka_unit_test(test_reap_budget),
 		cmocka_unit_test(test_backend_env),
 		cmocka_unit_test(test_forced_backends),
 	};
