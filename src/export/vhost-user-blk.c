@@ -152,6 +152,9 @@ static void vub_notify(struct vub_queue *q)
  * needs reset); requests in flight still complete. Other queues go on. */
 static void vub_broken(struct vub_queue *q, int err)
 {
+	/* A chain that reads as garbage because the memory went away. */
+	if (atomic_load_explicit(q->mem_faulted, memory_order_relaxed))
+		err = -EFAULT;
 	if (!q->broken && err == -EFAULT)
 		log_err("%s: queue %u: the front-end shrank guest memory under us: queue stopped",
 			q->exp->name, q->idx);

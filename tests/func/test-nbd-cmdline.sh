@@ -15,7 +15,7 @@ truncate -s 1M "$img"
 out=$(timeout 10 "$IOPLANE" serve --help 2>"$NBD_TMP/help.err") ||
 	fail "serve --help: exit status $?"
 echo "$out"
-for w in --iothreads --pidfile --max-connections --image --nbd file= format=raw cache=none \
+for w in --iothreads --pidfile --max-connections --poll-max-ns --image --nbd file= format=raw cache=none \
 	writeback aio=io_uring native threads read-only=on discard=unmap ignore \
 	detect-zeroes= driver=null size= latency-ns= read-zeroes= unix= tcp= image= name= \
 	writable=on description=; do
@@ -52,6 +52,9 @@ bad 2 abc --iothreads abc --image $N --nbd "$E"
 bad 2 -1 --iothreads -1 --image $N --nbd "$E"
 bad 2 -1 --max-connections -1 --image $N --nbd "$E"
 bad 2 "lots|max-connections" --max-connections lots --image $N --nbd "$E"
+bad 2 "soon|poll-max-ns" --poll-max-ns soon --image $N --nbd "$E"
+bad 2 "-5|poll-max-ns" --poll-max-ns -5 --image $N --nbd "$E"
+bad 2 "99000000000|poll-max-ns" --poll-max-ns 99000000000 --image $N --nbd "$E"
 bad 2 --image --image
 bad 2 size --image d0,driver=null --nbd "$E"
 bad 2 "12Q|size" --image d0,driver=null,size=12Q --nbd "$E"
@@ -82,4 +85,11 @@ bad any does-not-exist --image d0,file="$NBD_TMP/does-not-exist.img" --nbd "$E"
 # A good command line still works after all that (the checks above were not vacuous).
 nbd_serve --image $N --nbd "$E"
 nbd_stop
+# Polling off and a custom limit are accepted and serve.
+for p in 0 100000; do
+	nbd_serve --poll-max-ns $p --image $N --nbd "$E"
+	nbdinfo --size "nbd+unix:///d0?socket=$sock" | grep -qx 1073741824 ||
+		fail "serve --poll-max-ns $p: the export does not answer"
+	nbd_stop
+done
 echo PASS

@@ -1210,6 +1210,477 @@ static void test_hostile_fuzz(void **state)
 	free(img);
 }
 
+/* ---- corruption found in use: overlaps, offsets, sizes ---- */
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t file64(int fd, uint64_t off)
+{
+	uint8_t b[8];
+
+	assert_int_equal(pread(fd, b, 8, (off_t)off), 8);
+	return get64(b);
+}
+
+static void file_put64(int fd, uint64_t off, uint64_t v)
+{
+	uint8_t b[8];
+
+	put64(b, v);
+	assert_int_equal(pwrite(fd, b, 8, (off_t)off), 8);
+}
+
+/* Capture what the driver logs (it writes to fd 2). */
+static int cap_saved = -1;
+
+static void capture_start(void)
+{
+	int fd = open(path("stderr.log"), O_CREAT | O_TRUNC | O_RDWR, 0600);
+
+	assert_true(fd >= 0);
+	fflush(stderr);
+	cap_saved = dup(2);
+	assert_true(cap_saved >= 0);
+	assert_true(dup2(fd, 2) == 2);
+	close(fd);
+}
+
+static char *capture_end(void)
+{
+	static char buf[4096];
+	FILE *f;
+	size_t n;
+
+	fflush(stderr);
+	assert_true(dup2(cap_saved, 2) == 2);
+	close(cap_saved);
+	f = fopen(path("stderr.log"), "r");
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+/* A 4 KiB-cluster image with guest clusters 0 and 1 written (one L2 table);
+ * returns its layout. */
+struct co_img {
+	uint64_t l1, rct, rb, l2, d0;
+	uint8_t *bytes;     /* as written */
+	uint8_t *cur;       /* as patched */
+	uint64_t len;
+};
+
+static void co_make(struct co_img *m, bool compressed)
+{
+	struct qcow2_create_opts o = { .size = 1u << 20, .cluster_size = 4096 };
+	uint8_t buf[8192];
+	struct blk_node *bs;
+	char err[256];
+	int fd;
+
+	assert_int_equal(qcow2_create(path("co.qcow2"), &o, err, sizeof(err)), 0);
+	bs = open_ok(path("co.qcow2"), NULL);
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(blk_pwrite(bs, 4096, buf, 4096, 0), 0);
+	if (compressed)
+		assert_int_equal(qcow2_pwrite_compressed(bs, 0, buf, 4096), 0);
+	else
+		assert_int_equal(blk_pwrite(bs, 0, buf, 4096, 0), 0);
+	blk_close(bs);
+	fd = open(path("co.qcow2"), O_RDONLY);
+	assert_true(fd >= 0);
+	m->l1 = file64(fd, 40);
+	m->rct = file64(fd, 48);
+	m->rb = file64(fd, m->rct);
+	m->l2 = file64(fd, m->l1) & 0x00fffffffffffe00ull;
+	m->d0 = file64(fd, m->l2);
+	close(fd);
+	free(m->bytes);
+	free(m->cur);
+	m->bytes = read_file(path("co.qcow2"), &m->len);
+	m->cur = malloc(m->len);
+	assert_non_null(m->cur);
+	memcpy(m->cur, m->bytes, m->len);
+}
+
+/* Restore the image and patch one 64-bit big-endian field. */
+static void co_patch(struct co_img *m, uint64_t off, uint64_t val)
+{
+	int fd;
+
+	write_file(path("co.qcow2"), m->bytes, m->len);
+	fd = open(path("co.qcow2"), O_RDWR);
+	assert_true(fd >= 0);
+	file_put64(fd, off, val);
+	close(fd);
+	memcpy(m->cur, m->bytes, m->len);
+	put64(m->cur + off, val);
+}
+
+/* Bytes [off, off+len) of the image are as in m (nothing wrote there). */
+static void co_unchanged(const struct co_img *m, uint64_t off, uint64_t len)
+{
+	uint64_t n;
+	uint8_t *now = read_file(path("co.qcow2"), &n);
+
+	assert_true(n >= off + len);
+	assert_memory_equal(now + off, m->cur + off, len);
+	free(now);
+}
+
+/* The image is marked corrupt on disk: read-write open is refused, a
+ * read-only one works. */
+static void co_marked_corrupt(void)
+{
+	char err[512] = "";
+	int ret, fd = open(path("co.qcow2"), O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_true(file64(fd, 72) & 2);
+	close(fd);
+	assert_null(open_img(path("co.qcow2"), NULL, &ret, err, sizeof(err)));
+	assert_non_null(strstr(err, "marked corrupt"));
+	blk_close(open_ok(path("co.qcow2"), "read-only=on"));
+}
+
+/* Open, run one request on guest cluster `gc` (after reading guest cluster
+ * 2 so that the L2 slice is cached and the fast paths are tried), expect
+ * -EIO and a log line with every string in want. */
+static void co_expect(bool write, uint64_t gc, const char *const *want)
+{
+	struct blk_node *bs = open_ok(path("co.qcow2"), NULL);
+	uint8_t buf[4096];
+	char *log;
+
+	memset(buf, 0x77, sizeof(buf));
+	capture_start();
+	blk_pread(bs, 2 * 4096, buf, sizeof(buf));
+	if (write)
+		assert_int_equal(blk_pwrite(bs, gc * 4096, buf, sizeof(buf), 0), -EIO);
+	else
+		assert_int_equal(blk_pread(bs, gc * 4096, buf, sizeof(buf)), -EIO);
+	/* Nothing more is written once corruption was found. */
+	assert_int_equal(blk_pwrite(bs, 1 * 4096, buf, sizeof(buf), 0), -EIO);
+	blk_close(bs);
+	log = capture_end();
+	for (; *want; want++) {
+		if (!strstr(log, *want))
+			print_message("missing '%s' in: %s\n", *want, log);
+		assert_non_null(strstr(log, *want));
+	}
+}
+
+static void test_corrupt_l2_offset(void **state)
+{
+	struct co_img m = { 0 };
+	char l1s[64], rcts[64];
+
+	(void)state;
+	co_make(&m, false);
+	snprintf(l1s, sizeof(l1s), "overlaps the L1 table at 0x%llx", (unsigned long long)m.l1);
+	snprintf(rcts, sizeof(rcts), "overlaps the refcount table at 0x%llx",
+		 (unsigned long long)m.rct);
+	{
+		const char *w[] = { "image is corrupt: L2 table offset", "(L1 entry 0", l1s, NULL };
+
+		co_patch(&m, m.l1, m.l1 | (1ull << 63));
+		co_expect(false, 0, w);
+		co_unchanged(&m, m.l1, 4096);
+		co_marked_corrupt();
+	}
+	{
+		const char *w[] = { "(L1 entry 0", rcts, NULL };
+
+		co_patch(&m, m.l1, m.rct | (1ull << 63));
+		co_expect(true, 0, w);
+		co_unchanged(&m, m.rct, 4096);
+		co_marked_corrupt();
+	}
+	{
+		const char *w[] = { "L2 table offset 0x800 ", "not cluster aligned", NULL };
+
+		co_patch(&m, m.l1, 0x800 | (1ull << 63));
+		co_expect(false, 0, w);
+		co_unchanged(&m, 104, 4096 - 104); /* all but the feature bits */
+		co_marked_corrupt();
+	}
+	{
+		const char *w[] = { "L2 table offset 0x40000000 ", "past the end of the file",
+				    NULL };
+
+		co_patch(&m, m.l1, (1ull << 30) | (1ull << 63));
+		co_expect(true, 0, w);
+		co_marked_corrupt();
+	}
+	free(m.bytes);
+	free(m.cur);
+}
+
+static void test_corrupt_refcount_block(void **state)
+{
+	struct co_img m = { 0 };
+	char want[128];
+	const char *w[] = { want, NULL };
+
+	(void)state;
+	co_make(&m, false);
+	/* Block 0 is the L1 table / the refcount table: an allocation (a write
+	 * to unallocated guest cluster 5) reads it first. */
+	snprintf(want, sizeof(want), "refcount block offset 0x%llx (refcount table entry 0) "
+		 "overlaps the L1 table at 0x%llx", (unsigned long long)m.l1,
+		 (unsigned long long)m.l1);
+	co_patch(&m, m.rct, m.l1);
+	co_expect(true, 5, w);
+	co_unchanged(&m, m.l1, 4096);
+	co_marked_corrupt();
+	snprintf(want, sizeof(want), "refcount block offset 0x%llx (refcount table entry 0) "
+		 "overlaps the refcount table", (unsigned long long)m.rct);
+	co_patch(&m, m.rct, m.rct);
+	co_expect(true, 5, w);
+	co_unchanged(&m, m.rct + 8, 4096 - 8);
+	co_marked_corrupt();
+	/* Misaligned or outside the file: refused at open. */
+	{
+		static const struct {
+			uint64_t val;
+			const char *msg;
+		} bad[] = {
+			{ 0x2200, "refcount block offset 0x2200 (refcount table entry 0) is not "
+				  "cluster aligned" },
+			{ 1ull << 30, "refcount block offset 0x40000000 (refcount table entry "
+				      "0) is past the end of the file" },
+		};
+		char err[512];
+		int ret;
+
+		for (unsigned i = 0; i < 2; i++) {
+			co_patch(&m, m.rct, bad[i].val);
+			assert_null(open_img(path("co.qcow2"), NULL, &ret, err, sizeof(err)));
+			assert_int_equal(ret, -EINVAL);
+			if (!strstr(err, bad[i].msg))
+				print_message("got '%s'\n", err);
+			assert_non_null(strstr(err, bad[i].msg));
+		}
+	}
+	free(m.bytes);
+	free(m.cur);
+}
+
+/* Refcounts (16-bit) that call an L2 table or a refcount block free: the
+ * allocator must not hand the cluster out. */
+static void test_corrupt_alloc_overlap(void **state)
+{
+	struct co_img m = { 0 };
+	char want[160];
+	const char *w[] = { "about to be allocated", want, NULL };
+
+	(void)state;
+	co_make(&m, false);
+	/* Refcount of the L2 table's cluster: 2 bytes in the block. */
+	{
+		uint64_t at = m.rb + (m.l2 / 4096) * 2, word = at & ~7ull;
+		uint64_t cur = get64(m.bytes + word), sh = (6 - (at - word)) * 8;
+
+		co_patch(&m, word, cur & ~(0xffffull << sh));
+	}
+	snprintf(want, sizeof(want), "hold the L2 table at 0x%llx (L1 entry 0)",
+		 (unsigned long long)m.l2);
+	co_expect(true, 5, w);
+	co_unchanged(&m, m.l2, 4096);
+	co_marked_corrupt();
+	{
+		uint64_t at = m.rb + (m.rb / 4096) * 2, word = at & ~7ull;
+		uint64_t cur = get64(m.bytes + word), sh = (6 - (at - word)) * 8;
+
+		co_patch(&m, word, cur & ~(0xffffull << sh));
+	}
+	snprintf(want, sizeof(want), "hold the refcount block at 0x%llx (refcount table entry 0)",
+		 (unsigned long long)m.rb);
+	co_expect(true, 5, w);
+	co_unchanged(&m, m.rb + 16, 4096 - 16);
+	free(m.bytes);
+	free(m.cur);
+}
+
+/* Data clusters pointing at metadata or past the end of the file, read and
+ * written through the fast paths (the slice is cached) and the slow ones. */
+static void test_corrupt_data_cluster(void **state)
+{
+	struct co_img m = { 0 };
+	char want[128];
+	const char *w[] = { "L2 entry", "of guest cluster 0", want, NULL };
+
+	(void)state;
+	co_make(&m, false);
+	snprintf(want, sizeof(want), "has data at 0x%llx that overlaps the L1 table",
+		 (unsigned long long)m.l1);
+	co_patch(&m, m.l2, m.l1 | (1ull << 63));
+	co_expect(true, 0, w);
+	co_unchanged(&m, m.l1, 4096);
+	co_marked_corrupt();
+	co_patch(&m, m.l2, m.rct | (1ull << 63));
+	snprintf(want, sizeof(want), "overlaps the refcount table");
+	co_expect(false, 0, w);
+	snprintf(want, sizeof(want), "has data at 0x40000000, past the end of the file");
+	co_patch(&m, m.l2, (1ull << 30) | (1ull << 63));
+	co_expect(false, 0, w);
+	co_patch(&m, m.l2, m.d0 | 0x100);
+	snprintf(want, sizeof(want), "reserved bits");
+	co_expect(true, 0, w);
+	free(m.bytes);
+	free(m.cur);
+}
+
+/* Compressed descriptors whose data runs past the end of the file or sits
+ * on a table. 4 KiB clusters: offset in bits 0-57, sectors - 1 in 58-61. */
+static void test_corrupt_compressed(void **state)
+{
+	struct co_img m = { 0 };
+	char want[128];
+	const char *w[] = { "of guest cluster 0 has compressed data", want, NULL };
+	uint64_t off, desc;
+
+	(void)state;
+	co_make(&m, true);
+	assert_true(m.d0 & (1ull << 62));
+	off = m.d0 & ((1ull << 58) - 1);
+	/* As written, it reads back. */
+	{
+		struct blk_node *bs = open_ok(path("co.qcow2"), NULL);
+		uint8_t buf[4096], want0[4096];
+
+		memset(want0, 0x5a, sizeof(want0));
+		assert_int_equal(blk_pread(bs, 0, buf, sizeof(buf)), 0);
+		assert_memory_equal(buf, want0, sizeof(buf));
+		blk_close(bs);
+	}
+	desc = (1ull << 62) | (15ull << 58) | off;
+	co_patch(&m, m.l2, desc);
+	snprintf(want, sizeof(want), "at 0x%llx (%llu bytes) past the end of the file",
+		 (unsigned long long)off, 16ull * 512 - (off & 511));
+	co_expect(false, 0, w);
+	co_marked_corrupt();
+	co_patch(&m, m.l2, (1ull << 62) | (1ull << 40));
+	snprintf(want, sizeof(want), "at 0x10000000000 ");
+	co_expect(false, 0, w);
+	co_patch(&m, m.l2, (1ull << 62) | m.l1);
+	snprintf(want, sizeof(want), "that overlaps the L1 table");
+	co_expect(false, 0, w);
+	free(m.bytes);
+	free(m.cur);
+}
+
+/* A file that ends inside its last cluster, an L2 table (readers pad it with
+ * zeroes): writes through that table, and a data cluster the file ends
+ * inside of, work and leave a clean image. */
+static void test_partial_last_cluster(void **state)
+{
+	struct qcow2_create_opts o = { .size = 1u << 20, .cluster_size = 4096 };
+	uint8_t buf[4096], got[4096];
+	struct qcow2_check_result r;
+	struct blk_node *bs;
+	uint64_t l2;
+	char err[256];
+	int fd;
+
+	(void)state;
+	assert_int_equal(qcow2_create(path("pl.qcow2"), &o, err, sizeof(err)), 0);
+	bs = open_ok(path("pl.qcow2"), NULL);
+	assert_int_equal(do_req(bs, BLK_OP_WRITE_ZEROES, 0, 4096, 0), 0);
+	blk_close(bs);
+	fd = open(path("pl.qcow2"), O_RDWR);
+	assert_true(fd >= 0);
+	l2 = file64(fd, file64(fd, 40)) & 0x00fffffffffffe00ull;
+	assert_int_equal(ftruncate(fd, (off_t)l2 + 8), 0);
+	close(fd);
+	bs = open_ok(path("pl.qcow2"), NULL);
+	memset(buf, 0x3c, sizeof(buf));
+	assert_int_equal(blk_pwrite(bs, 8192, buf, sizeof(buf), 0), 0);
+	assert_int_equal(blk_flush_sync(bs), 0);
+	assert_int_equal(qcow2_check(bs, 0, &r), 0);
+	assert_int_equal(r.corruptions + r.leaks + r.check_errors, 0);
+	blk_close(bs);
+	/* Now cut into the data cluster: its tail reads as zeroes, and a
+	 * write there makes the file whole again. */
+	fd = open(path("pl.qcow2"), O_RDWR);
+	assert_int_equal(ftruncate(fd, (off_t)(file64(fd, l2 + 16) & 0xfffffffffe00ull) + 1024), 0);
+	close(fd);
+	bs = open_ok(path("pl.qcow2"), NULL);
+	assert_int_equal(blk_pread(bs, 8192, got, sizeof(got)), 0);
+	assert_memory_equal(got, buf, 1024);
+	memset(buf, 0, sizeof(buf));
+	assert_memory_equal(got + 1024, buf, sizeof(got) - 1024);
+	memset(buf, 0x3d, sizeof(buf));
+	assert_int_equal(blk_pwrite(bs, 8192 + 2048, buf, 2048, 0), 0);
+	assert_int_equal(blk_pread(bs, 8192, got, sizeof(got)), 0);
+	assert_memory_equal(got + 2048, buf, 2048);
+	assert_int_equal(qcow2_check(bs, 0, &r), 0);
+	assert_int_equal(r.corruptions + r.leaks + r.check_errors, 0);
+	blk_close(bs);
+	if (have_qemu)
+		qemu_check_clean(path("pl.qcow2"));
+}
+
+/* Header extensions and snapshot tables with sizes that do not fit. */
+static void test_hostile_sizes(void **state)
+{
+	struct co_img m = { 0 };
+	char err[512];
+	uint8_t *c;
+	int ret, fd;
+
+	(void)state;
+	co_make(&m, false);
+	/* The feature name table (at 0x70) claims 64 KiB. */
+	co_patch(&m, 0x70, 0x6803f85700010000ull);
+	assert_null(open_img(path("co.qcow2"), NULL, &ret, err, sizeof(err)));
+	assert_int_equal(ret, -EINVAL);
+	assert_non_null(strstr(err, "runs past the header area"));
+	/* 1000 snapshots in a table at the last cluster: 73 fit. */
+	c = calloc(1, 4096);
+	for (unsigned i = 0; i + 56 <= 4096; i += 56)
+		put32(c + i + 36, 16); /* extra data size */
+	write_file(path("co.qcow2"), m.bytes, m.len);
+	fd = open(path("co.qcow2"), O_RDWR);
+	assert_int_equal(pwrite(fd, c, 4096, (off_t)m.len), 4096);
+	put32(c, 1000);
+	put64(c + 4, m.len);
+	assert_int_equal(pwrite(fd, c, 12, 60), 12);
+	close(fd);
+	assert_null(open_img(path("co.qcow2"), NULL, &ret, err, sizeof(err)));
+	assert_non_null(strstr(err, "snapshot table"));
+	assert_non_null(strstr(err, "past the end of the file"));
+	/* One snapshot whose L1 table is the refcount table. */
+	fd = open(path("co.qcow2"), O_RDWR);
+	put32(c, 1);
+	assert_int_equal(pwrite(fd, c, 4, 60), 4);
+	put64(c, m.rct);
+	put32(c + 8, 16);
+	assert_int_equal(pwrite(fd, c, 12, (off_t)m.len), 12);
+	close(fd);
+	assert_null(open_img(path("co.qcow2"), NULL, &ret, err, sizeof(err)));
+	assert_non_null(strstr(err, "snapshot"));
+	assert_non_null(strstr(err, "overlaps the refcount table"));
+	/* A snapshot L1 table over the limit (32 MiB). */
+	fd = open(path("co.qcow2"), O_RDWR);
+	put32(c, (32u << 20) / 8 + 1);
+	assert_int_equal(pwrite(fd, c, 4, (off_t)m.len + 8), 4);
+	close(fd);
+	assert_null(open_img(path("co.qcow2"), NULL, &ret, err, sizeof(err)));
+	assert_non_null(strstr(err, "too large"));
+	free(c);
+	free(m.bytes);
+	free(m.cur);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1234,6 +1705,13 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_crash_consistency),
 		cmocka_unit_test(test_hostile_headers),
 		cmocka_unit_test(test_hostile_fuzz),
+		cmocka_unit_test(test_corrupt_l2_offset),
+		cmocka_unit_test(test_corrupt_refcount_block),
+		cmocka_unit_test(test_corrupt_alloc_overlap),
+		cmocka_unit_test(test_corrupt_data_cluster),
+		cmocka_unit_test(test_corrupt_compressed),
+		cmocka_unit_test(test_partial_last_cluster),
+		cmocka_unit_test(test_hostile_sizes),
 	};
 
 	if (argc == 5 && !strcmp(argv[1], "--crash-child"))

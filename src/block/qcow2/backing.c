@@ -121,9 +121,15 @@ int qc_data_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t err
 			 "give it with data-file=PATH");
 		return -EINVAL;
 	}
-	/* As QEMU does: the name is used as it is, not relative to the image. */
-	ret = qc_open_child(s, opts, name, NULL, !s->bs->read_only, &s->data, sub, sizeof(sub),
-			    false);
+	/* As QEMU does: the name is used as it is, not relative to the image.
+	 * data-file=null:size=SIZE[,,...] (from the option, never from the
+	 * header) puts the null driver under the metadata, for benchmarks. */
+	if (name != s->data_name && !strncmp(name, "null:", 5))
+		ret = blk_open_target(name, NULL, s->bs->read_only ? "read-only=on" : NULL,
+				      &s->data, sub, sizeof(sub));
+	else
+		ret = qc_open_child(s, opts, name, NULL, !s->bs->read_only, &s->data, sub,
+				    sizeof(sub), false);
 	if (ret) {
 		snprintf(err, errlen, "qcow2: cannot open data file '%s': %s", name, sub);
 		return ret;

@@ -239,6 +239,9 @@ int qc_cache_writeback(struct qc_state *s, struct qc_cache *c)
 
 	if (!c->ndirty)
 		return 0;
+	ret = qc_file_whole(s);
+	if (ret)
+		return ret;
 	ch = malloc(QC_WB_BATCH * sizeof(*ch));
 	if (!ch)
 		return -ENOMEM;
@@ -287,6 +290,9 @@ int qc_metadata_writeback(struct qc_state *s, bool data_too)
 	uint32_t i;
 	int ret = 0;
 
+	/* A corrupt image gets no metadata built on what was found wrong. */
+	if (s->corrupt && !s->bs->read_only)
+		return -EIO;
 	for (i = 0; s->l1_dirty && i < (s->l1_size * 8 + 4095) / 4096; i++)
 		l1_dirty |= s->l1_dirty[i] != 0;
 	if (!l1_dirty && !l2_dirty && !s->rbc.ndirty && !rct_dirty)

@@ -70,10 +70,12 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 {
 	struct qc_state *s = k->s;
 	uint64_t off, len;
+	char buf[160];
+	const char *why = qc_entry_problem(s, gc, e, bm, buf, sizeof(buf));
 
-	if (qc_entry_check(s, gc, e, bm)) {
-		ck_error(k, false, "invalid L2 entry 0x%llx for guest cluster %llu",
-			 (unsigned long long)e, (unsigned long long)gc);
+	if (why) {
+		ck_error(k, false, "L2 entry 0x%llx of guest cluster %llu %s",
+			 (unsigned long long)e, (unsigned long long)gc, why);
 		return;
 	}
 	if (e & QC_OFLAG_COMPRESSED) {
@@ -122,14 +124,18 @@ static int ck_l1(struct ck *k, const uint64_t *l1, uint64_t size, bool active)
 {
 	struct qc_state *s = k->s;
 	uint64_t i, off;
+	const char *why;
+	char buf[128];
 
 	for (i = 0; i < size; i++) {
 		off = l1[i] & QC_OFFSET_MASK;
 		if (!off)
 			continue;
-		if ((l1[i] & QC_L1E_RESERVED) || (off & (s->cluster_size - 1))) {
-			ck_error(k, false, "invalid L1 entry %llu (0x%llx)", (unsigned long long)i,
-				 (unsigned long long)l1[i]);
+		why = qc_l1e_problem(s, l1[i], buf, sizeof(buf));
+		if (why) {
+			ck_error(k, false, "%sL1 entry %llu (0x%llx): L2 table offset %s",
+				 active ? "" : "snapshot ", (unsigned long long)i,
+				 (unsigned long long)l1[i], why);
 			continue;
 		}
 		ck_ref(k, off, s->cluster_size, "L2 table");
@@ -181,6 +187,34 @@ static void ck_refcount_meta(struct ck *k)
 			ck_ref(k, s->rct[i], s->cluster_size, "refcount block");
 }
 
+/* A refcount block that is also a table is reported, not used. */
+static bool ck_rb_bad(struct ck *k, uint64_t t)
+{
+	char what[96];
+
+	if (!qc_meta_overlap(k->s, QC_OL_FIXED, k->s->rct[t], k->s->cluster_size, what,
+			     sizeof(what)))
+		return false;
+	ck_error(k, false, "refcount block 0x%llx (refcount table entry %llu) overlaps the %s",
+		 (unsigned long long)k->s->rct[t], (unsigned long long)t, what);
+	return true;
+}
+
+/* Set cluster c's refcount from rc to want (64-bit refcounts: the
+ * difference may not fit a delta). */
+static int ck_rc_fix(struct ck *k, uint64_t c, uint64_t rc, uint64_t want)
+{
+	uint64_t d = rc > want ? rc - want : want - rc, step;
+	int ret = 0;
+
+	while (d && !ret) {
+		step = d > INT64_MAX ? INT64_MAX : d;
+		ret = qc_rc_update(k->s, c, rc > want ? -(int64_t)step : (int64_t)step);
+		d -= step;
+	}
+	return ret;
+}
+
 /* Compare and repair; also the COPIED flags of the active L1. */
 static int ck_compare(struct ck *k)
 {
@@ -193,7 +227,7 @@ static int ck_compare(struct ck *k)
 
 		if ((c >> s->rb_bits) >= s->rct_size)
 			break;
-		if (!s->rct[c >> s->rb_bits]) {
+		if (!s->rct[c >> s->rb_bits] || ck_rb_bad(k, c >> s->rb_bits)) {
 			c |= (1ull << s->rb_bits) - 1;
 			continue;
 		}
@@ -205,12 +239,12 @@ static int ck_compare(struct ck *k)
 		if (rc == want)
 			continue;
 		if (rc > want && (k->flags & QCOW2_FIX_LEAKS)) {
-			if (qc_rc_update(s, c, -(int64_t)(rc - want)) == 0) {
+			if (ck_rc_fix(k, c, rc, want) == 0) {
 				k->r->leaks_fixed++;
 				continue;
 			}
 		} else if (rc < want && (k->flags & QCOW2_FIX_ERRORS)) {
-			if (qc_rc_update(s, c, (int64_t)(want - rc)) == 0) {
+			if (ck_rc_fix(k, c, rc, want) == 0) {
 				k->r->corruptions_fixed++;
 				continue;
 			}
@@ -277,10 +311,12 @@ static void ck_copied(struct ck *k)
 {
 	struct qc_state *s = k->s;
 	uint64_t i, off;
+	char buf[128];
 
 	for (i = 0; i < s->l1_size; i++) {
 		off = s->l1[i] & QC_OFFSET_MASK;
-		if (!off || (s->l1[i] & QC_L1E_RESERVED) || (off & (s->cluster_size - 1)) ||
+		/* Never patch what is not surely an L2 table. */
+		if (!off || qc_l1e_problem(s, s->l1[i], buf, sizeof(buf)) ||
 		    (off >> s->cluster_bits) >= k->n)
 			continue;
 		if (!ck_copied_ok(k, s->l1[i], off) && !s->data_external) {

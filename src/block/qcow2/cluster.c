@@ -47,18 +47,37 @@ int qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitma
 	return 1;
 }
 
-static int qc_l1_check(struct qc_state *s, uint64_t l1i, uint64_t e)
+/* Why the L2 table offset of L1 entry e cannot be followed (NULL: it can).
+ * Checked at every use: a few comparisons. */
+const char *qc_l1e_problem(const struct qc_state *s, uint64_t e, char *buf, size_t len)
 {
 	uint64_t off = e & QC_OFFSET_MASK;
+	char what[96];
 
-	if ((e & QC_L1E_RESERVED) || (off && (off & (s->cluster_size - 1))) ||
-	    off + s->cluster_size > qc_align_up(s->file->size, s->cluster_size) ||
-	    (off && qc_overlaps_fixed(s, off, s->cluster_size))) {
-		log_err("qcow2: L1 entry %llu (0x%llx) is invalid: image corrupt",
-			(unsigned long long)l1i, (unsigned long long)e);
-		return -EIO;
-	}
-	return 0;
+	if (e & QC_L1E_RESERVED)
+		return "has reserved bits set";
+	if (!off)
+		return NULL;
+	if (off & (s->cluster_size - 1))
+		return "is not cluster aligned";
+	if (off >= qc_align_up(s->file->size, s->cluster_size))
+		return "is past the end of the file";
+	if (!qc_meta_overlap(s, QC_OL_FIXED, off, s->cluster_size, what, sizeof(what)))
+		return NULL;
+	snprintf(buf, len, "overlaps the %s", what);
+	return buf;
+}
+
+static int qc_l1_check(struct qc_state *s, uint64_t l1i, uint64_t e)
+{
+	char buf[128];
+	const char *why = qc_l1e_problem(s, e, buf, sizeof(buf));
+
+	if (!why)
+		return 0;
+	return qc_corrupt(s, "L2 table offset 0x%llx (L1 entry %llu = 0x%llx) %s",
+			  (unsigned long long)(e & QC_OFFSET_MASK), (unsigned long long)l1i,
+			  (unsigned long long)e, why);
 }
 
 int qc_l2_get(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitmap)
@@ -213,31 +232,76 @@ enum qc_kind qc_classify(const struct qc_state *s, uint64_t e, uint64_t bm, uint
 	return k;
 }
 
-/* Reject entries a hostile image could use to make us touch the wrong
- * place. Returns 0 or -EIO. */
-int qc_entry_check(const struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm)
+static const char *qc_comp_problem(const struct qc_state *s, uint64_t e, uint64_t bm, char *buf,
+				   size_t len)
+{
+	uint64_t off, clen;
+	char what[96];
+
+	if (s->data_external)
+		return "is compressed, with an external data file";
+	if (s->ext_l2 && bm)
+		return "is compressed but has a subcluster bitmap";
+	qc_comp_desc(s, e, &off, &clen);
+	/* The last sector may run past the end of the file, not its cluster. */
+	if (off >= s->file->size || off + clen > qc_align_up(s->file->size, s->cluster_size))
+		snprintf(buf, len, "has compressed data at 0x%llx (%llu bytes) past the end of the "
+			 "file (%llu bytes)", (unsigned long long)off, (unsigned long long)clen,
+			 (unsigned long long)s->file->size);
+	else if (qc_meta_overlap(s, QC_OL_FIXED, off, clen, what, sizeof(what)))
+		snprintf(buf, len, "has compressed data at 0x%llx that overlaps the %s",
+			 (unsigned long long)off, what);
+	else
+		return NULL;
+	return buf;
+}
+
+/* Why entry e of guest cluster gc cannot be used (NULL: it can): entries a
+ * hostile image could use to make us touch the wrong place. */
+const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm,
+			     char *buf, size_t len)
 {
 	uint64_t off = e & QC_OFFSET_MASK;
+	char what[96];
 
-	if (e & QC_OFLAG_COMPRESSED) {
-		if (s->data_external || (s->ext_l2 && bm))
-			goto bad;
-		return 0;
-	}
-	if ((e & QC_L2E_RESERVED) || (off & (s->cluster_size - 1)) ||
-	    (s->ext_l2 && ((e & QC_OFLAG_ZERO) || (bm & (bm >> 32) & 0xffffffffu))))
-		goto bad;
+	if (e & QC_OFLAG_COMPRESSED)
+		return qc_comp_problem(s, e, bm, buf, len);
+	if (e & QC_L2E_RESERVED)
+		return "has reserved bits set";
+	if (off & (s->cluster_size - 1))
+		return "has a data offset that is not cluster aligned";
+	if (s->ext_l2 && (e & QC_OFLAG_ZERO))
+		return "has bit 0 (reserved with extended L2 entries) set";
+	if (s->ext_l2 && (bm & (bm >> 32) & 0xffffffffu))
+		return "has subclusters marked both allocated and zero";
 	if (s->ext_l2 && (bm & 0xffffffffu) && !qc_std_allocated(s, e))
-		goto bad;
-	if (s->data_external && qc_std_allocated(s, e) && off != (gc << s->cluster_bits))
-		goto bad;
-	if (off && !s->data_external && qc_overlaps_fixed(s, off, s->cluster_size))
-		goto bad;
-	return 0;
-bad:
-	log_err("qcow2: L2 entry of guest cluster %llu (0x%llx/0x%llx) is invalid: image corrupt",
-		(unsigned long long)gc, (unsigned long long)e, (unsigned long long)bm);
-	return -EIO;
+		return "has allocated subclusters but no data cluster";
+	if (s->data_external)
+		return qc_std_allocated(s, e) && off != (gc << s->cluster_bits)
+			       ? "is not at its guest offset in the external data file" : NULL;
+	if (!off)
+		return NULL;
+	if (off >= qc_align_up(s->file->size, s->cluster_size))
+		snprintf(buf, len, "has data at 0x%llx, past the end of the file (%llu bytes)",
+			 (unsigned long long)off, (unsigned long long)s->file->size);
+	else if (qc_meta_overlap(s, QC_OL_FIXED, off, s->cluster_size, what, sizeof(what)))
+		snprintf(buf, len, "has data at 0x%llx that overlaps the %s",
+			 (unsigned long long)off, what);
+	else
+		return NULL;
+	return buf;
+}
+
+int qc_entry_check(struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm)
+{
+	char buf[160];
+	const char *why = qc_entry_problem(s, gc, e, bm, buf, sizeof(buf));
+
+	if (!why)
+		return 0;
+	return qc_corrupt(s, "L2 entry 0x%llx (bitmap 0x%llx) of guest cluster %llu %s",
+			  (unsigned long long)e, (unsigned long long)bm, (unsigned long long)gc,
+			  why);
 }
 
 /* ---- allocations in flight ---- */
@@ -371,9 +435,12 @@ void qc_entry_release(struct qc_state *s, uint64_t e, bool discard)
 int qc_l1_write_dirty(struct qc_state *s)
 {
 	uint32_t nchunks = (s->l1_size * 8 + 4095) / 4096, i, j, n;
-	uint8_t *buf = qc_alloc_buf(4096);
-	int ret = 0;
+	uint8_t *buf;
+	int ret = qc_file_whole(s);
 
+	if (ret)
+		return ret;
+	buf = qc_alloc_buf(4096);
 	if (!buf)
 		return -ENOMEM;
 	for (i = 0; i < nchunks && ret == 0; i++) {

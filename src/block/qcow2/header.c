@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "block/qcow2/qcow2-int.h"
+#include "util/log.h"
 
 #define HDR_V2_LEN 72
 #define HDR_V3_LEN 104
@@ -35,6 +36,88 @@ static int hdr_err(char *err, size_t errlen, const char *fmt, ...)
 bool qc_ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
 {
 	return alen && blen && a < b + blen && b < a + alen;
+}
+
+/* ---- metadata overlap and corruption ---- */
+
+static bool hdr_ol_tables(const struct qc_state *s, unsigned which, uint64_t off, uint64_t len,
+			  char *buf, size_t buflen)
+{
+	const struct {
+		unsigned kind;
+		const char *what;
+		uint64_t at, len;
+	} t[] = {
+		{ QC_OL_HEADER, "header", 0, s->cluster_size },
+		{ QC_OL_L1, "L1 table", s->l1_offset, (uint64_t)s->l1_size * 8 },
+		{ QC_OL_RCT, "refcount table", s->rct_offset, s->rct_size * 8 },
+		{ QC_OL_SNAPT, "snapshot table", s->snap_offset, s->snap_bytes },
+	};
+	unsigned i;
+
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		if ((which & t[i].kind) && qc_ranges_overlap(off, len, t[i].at, t[i].len)) {
+			snprintf(buf, buflen, "%s at 0x%llx", t[i].what, (unsigned long long)t[i].at);
+			return true;
+		}
+	}
+	return false;
+}
+
+bool qc_meta_overlap(const struct qc_state *s, unsigned which, uint64_t off, uint64_t len,
+		     char *buf, size_t buflen)
+{
+	uint64_t i, o;
+
+	if (hdr_ol_tables(s, which, off, len, buf, buflen))
+		return true;
+	for (i = 0; (which & QC_OL_SNAP_L1) && i < s->nsnaps; i++) {
+		o = s->snaps[i].l1_offset;
+		if (qc_ranges_overlap(off, len, o, (uint64_t)s->snaps[i].l1_size * 8)) {
+			snprintf(buf, buflen, "L1 table of snapshot %.32s at 0x%llx",
+				 s->snaps[i].id ? s->snaps[i].id : "?", (unsigned long long)o);
+			return true;
+		}
+	}
+	for (i = 0; (which & QC_OL_L2) && i < s->l1_size; i++) {
+		o = s->l1[i] & QC_OFFSET_MASK;
+		if (o && qc_ranges_overlap(off, len, o, s->cluster_size)) {
+			snprintf(buf, buflen, "L2 table at 0x%llx (L1 entry %llu)",
+				 (unsigned long long)o, (unsigned long long)i);
+			return true;
+		}
+	}
+	for (i = 0; (which & QC_OL_RB) && i < s->rct_used; i++) {
+		o = s->rct[i];
+		if (o && qc_ranges_overlap(off, len, o, s->cluster_size)) {
+			snprintf(buf, buflen, "refcount block at 0x%llx (refcount table entry %llu)",
+				 (unsigned long long)o, (unsigned long long)i);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* As QEMU does: the corrupt bit is on disk (version 3, writable node) before
+ * anything else is written; from then on writes and metadata updates fail,
+ * so that nothing built on the inconsistency reaches the file. */
+int qc_corrupt(struct qc_state *s, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+	bool first = !s->corrupt;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_err("qcow2: image is corrupt: %s%s%s", msg,
+		first && !s->bs->read_only && s->h.version >= 3 ? "; marked corrupt" : "",
+		first && !s->bs->read_only ? "; further writes are refused" : "");
+	__atomic_store_n(&s->corrupt, true, __ATOMIC_RELEASE);
+	if (first && !s->bs->read_only && s->h.version >= 3 &&
+	    qc_header_write_features(s, s->h.incompat | QC_INCOMPAT_CORRUPT, s->h.autoclear))
+		log_err("qcow2: cannot set the corrupt bit in the header");
+	return -EIO;
 }
 
 static void hdr_decode(struct qc_header *h, const uint8_t *p)
@@ -420,8 +503,10 @@ void qc_header_free(struct qc_state *s)
 
 int qc_header_write_field(struct qc_state *s, unsigned off, const void *val, unsigned len)
 {
-	int ret = qc_co_pwrite(s->file, off, val, len);
+	int ret = qc_file_whole(s);
 
+	if (!ret)
+		ret = qc_co_pwrite(s->file, off, val, len);
 	if (ret == 0 && s->hdr_cluster)
 		memcpy(s->hdr_cluster + off, val, len);
 	return ret;

@@ -232,6 +232,7 @@ struct qc_state {
 	uint8_t *l1_dirty;        /* one flag per 4 KiB of L1 */
 	uint64_t *rct;
 	uint64_t rct_size;        /* entries */
+	uint64_t rct_used;        /* entries from here on are zero */
 	uint64_t rct_offset;
 	uint8_t *rct_dirty;       /* one flag per 512 entries */
 
@@ -264,6 +265,7 @@ struct qc_state {
 	unsigned wr_epoch;
 	int64_t wr_count[2];
 
+	uint64_t fwd_limit;       /* lock: the fast paths stay below this byte of s->data */
 	bool fast_fwd;            /* reads may be forwarded to s->file as they are */
 	bool fast_write;          /* writes may skip the coroutine */
 	enum qc_cow_mode cow_mode; /* resolved: WRITE_ZEROES or BUFFERS */
@@ -271,7 +273,7 @@ struct qc_state {
 	uint8_t *zero_buf;        /* cluster_size bytes of zeroes (never written) */
 	uint64_t data_fresh_from; /* external data file: bytes past this read as zero */
 	bool lazy;
-	bool corrupt;
+	bool corrupt;             /* set atomically (qc_corrupt); read by qc_submit */
 	bool read_only;
 	uint64_t cache_l2_bytes;
 	char fs_name[16];
@@ -346,6 +348,25 @@ int qc_header_mark_clean(struct qc_state *s);
 void qc_header_free(struct qc_state *s);
 bool qc_ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen);
 
+/* Metadata kinds for qc_meta_overlap (meta held, or open). The first four
+ * cost a comparison each; the others scan a table. */
+#define QC_OL_HEADER (1u << 0)
+#define QC_OL_L1 (1u << 1)
+#define QC_OL_RCT (1u << 2)
+#define QC_OL_SNAPT (1u << 3)
+#define QC_OL_SNAP_L1 (1u << 4) /* L1 tables of snapshots: O(snapshots) */
+#define QC_OL_L2 (1u << 5)      /* active L2 tables: O(L1 entries) */
+#define QC_OL_RB (1u << 6)      /* refcount blocks: O(refcount table entries in use) */
+#define QC_OL_FIXED (QC_OL_HEADER | QC_OL_L1 | QC_OL_RCT | QC_OL_SNAPT)
+#define QC_OL_ALL 0x7fu
+/* True if [off, off+len) overlaps metadata of a kind in `which`; buf names
+ * the first structure found and where it is. */
+bool qc_meta_overlap(const struct qc_state *s, unsigned which, uint64_t off, uint64_t len,
+		     char *buf, size_t buflen);
+/* An inconsistency found in use (coroutine): logs it, marks the image
+ * corrupt (on disk when writable, version 3) and returns -EIO. */
+int qc_corrupt(struct qc_state *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* ---- cache.c ---- */
 int qc_cache_init(struct qc_cache *c, const char *name, unsigned slice_bits, uint64_t bytes);
 void qc_cache_free(struct qc_cache *c);
@@ -374,6 +395,8 @@ int qc_alloc_run(struct qc_state *s, uint64_t *n, uint64_t *off, bool *fresh);
 /* Allocate len bytes for compressed data (may share a cluster). */
 int qc_alloc_bytes(struct qc_state *s, uint64_t len, uint64_t *off);
 int qc_grow_file(struct qc_state *s, struct blk_node *node, uint64_t need);
+/* Grow a file that ends inside a cluster to the cluster's end (meta held). */
+int qc_file_whole(struct qc_state *s);
 int qc_rc_init(struct qc_state *s, char *err, size_t errlen);
 int qc_rct_write_dirty(struct qc_state *s);
 bool qc_rct_is_dirty(const struct qc_state *s);
@@ -399,7 +422,13 @@ enum qc_kind qc_classify(const struct qc_state *s, uint64_t entry, uint64_t bitm
 			 uint64_t *len);
 /* Fast path lookup under s->lock: 1 with entry if the slice is cached. */
 int qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitmap);
-int qc_entry_check(const struct qc_state *s, uint64_t gc, uint64_t entry, uint64_t bitmap);
+/* Why an entry / an L1 entry cannot be used (NULL: it can); buf may hold
+ * the answer. */
+const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t entry,
+			     uint64_t bitmap, char *buf, size_t len);
+const char *qc_l1e_problem(const struct qc_state *s, uint64_t l1e, char *buf, size_t len);
+/* Same, as a corruption (qc_corrupt) when it cannot: 0 or -EIO. */
+int qc_entry_check(struct qc_state *s, uint64_t gc, uint64_t entry, uint64_t bitmap);
 int qc_l1_read(struct qc_state *s, char *err, size_t errlen);
 int qc_l1_write_dirty(struct qc_state *s);
 int qc_l1_grow(struct qc_state *s, uint64_t min_size);

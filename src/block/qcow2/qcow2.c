@@ -139,28 +139,43 @@ static bool qc_fast_data(const struct qc_state *s, uint64_t e, uint64_t bm, uint
 	}
 }
 
+/* Entries the slow path would refuse (qc_entry_check) are left to it. */
+static bool qc_fast_sane(const struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm)
+{
+	if ((e & QC_L2E_RESERVED) || (s->ext_l2 && ((e & QC_OFLAG_ZERO) ||
+						    (bm & (bm >> 32) & 0xffffffffu))))
+		return false;
+	return !s->data_external || (e & QC_OFFSET_MASK) == gc << s->cluster_bits;
+}
+
 /* Host offset of [off, off+len) if it is plain data, contiguous, in one
  * cached slice (lock held). 1: found; 0: no. For writes the clusters must
- * be COPIED. */
+ * be COPIED. The host range must lie inside the file and clear of the
+ * tables: cached entries are whatever the image says. */
 static int qc_fast_map(struct qc_state *s, uint64_t off, uint64_t len, bool write, uint64_t *host)
 {
 	uint64_t gc = off >> s->cluster_bits, last = (off + len - 1) >> s->cluster_bits;
-	uint64_t e, bm, base, coff = qc_coff(s, off), n;
+	uint64_t e, bm, base, coff = qc_coff(s, off), n, first = gc;
 
 	if (!qc_l2_peek(s, gc, &e, &bm))
 		return 0;
 	n = last == gc ? len : s->cluster_size - coff;
-	if (!qc_fast_data(s, e, bm, coff, n) || (write && !(e & QC_OFLAG_COPIED)))
+	if (!qc_fast_data(s, e, bm, coff, n) || (write && !(e & QC_OFLAG_COPIED)) ||
+	    !qc_fast_sane(s, gc, e, bm))
 		return 0;
 	base = e & QC_OFFSET_MASK;
 	*host = base + coff;
+	if ((base & (s->cluster_size - 1)) || *host + len > s->fwd_limit || *host + len < *host ||
+	    (!s->data_external && qc_overlaps_fixed(s, base, (last - gc + 1) << s->cluster_bits)))
+		return 0;
 	while (++gc <= last) {
 		uint64_t e2, bm2;
 
 		n = gc == last ? qc_coff(s, off + len - 1) + 1 : s->cluster_size;
 		if ((gc >> s->l2_bits) != (last >> s->l2_bits) || !qc_l2_peek(s, gc, &e2, &bm2) ||
 		    !qc_fast_data(s, e2, bm2, 0, n) || (write && !(e2 & QC_OFLAG_COPIED)) ||
-		    (e2 & QC_OFFSET_MASK) != base + ((gc - (off >> s->cluster_bits)) << s->cluster_bits))
+		    !qc_fast_sane(s, gc, e2, bm2) ||
+		    (e2 & QC_OFFSET_MASK) != base + ((gc - first) << s->cluster_bits))
 			return 0;
 	}
 	return 1;
@@ -257,6 +272,10 @@ static int qc_submit(struct blk_node *bs, struct blk_request *req)
 	struct qc_state *s = bs->opaque;
 	int ret;
 
+	/* Nothing is written once corruption was found (see qc_corrupt). */
+	if (req->op != BLK_OP_READ && req->op != BLK_OP_BLOCK_STATUS && !bs->read_only &&
+	    __atomic_load_n(&s->corrupt, __ATOMIC_ACQUIRE))
+		return -EIO;
 	if (req->op == BLK_OP_READ) {
 		ret = qc_read_fast(bs, s, req);
 		if (ret <= 0)
@@ -424,6 +443,7 @@ static void qc_open_geometry(struct blk_node *bs, struct qc_state *s)
 	bs->mem_align = s->file->mem_align > s->data->mem_align ? s->file->mem_align
 								 : s->data->mem_align;
 	s->file_size = s->open_file_size = s->file->size;
+	s->fwd_limit = s->data->size;
 	s->fresh_from = s->alloc_end = qc_align_up(s->file->size, s->cluster_size);
 	s->fast_fwd = !s->data_external && s->cluster_size >= s->file->align;
 	s->fast_write = s->cluster_size >= s->data->align;

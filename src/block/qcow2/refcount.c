@@ -70,10 +70,25 @@ bool qc_overlaps_fixed(const struct qc_state *s, uint64_t off, uint64_t len)
 	       qc_ranges_overlap(off, len, s->snap_offset, s->snap_bytes);
 }
 
+/* Why refcount table entry e cannot be followed (NULL: it can). */
+static const char *qc_rct_problem(const struct qc_state *s, uint64_t e)
+{
+	if (e & QC_RCT_RESERVED)
+		return "has reserved bits set";
+	if (e & (s->cluster_size - 1))
+		return "is not cluster aligned";
+	if (e >= qc_align_up(s->file->size, s->cluster_size))
+		return "is past the end of the file";
+	if (e && e < s->cluster_size)
+		return "is the header";
+	return NULL;
+}
+
 int qc_rc_init(struct qc_state *s, char *err, size_t errlen)
 {
-	uint64_t bytes = s->rct_size * 8, i, fend = qc_align_up(s->file->size, s->cluster_size);
+	uint64_t bytes = s->rct_size * 8, i;
 	uint8_t *buf = qc_alloc_buf(bytes);
+	const char *why;
 	int ret;
 
 	s->rct = calloc(s->rct_size, 8);
@@ -86,17 +101,30 @@ int qc_rc_init(struct qc_state *s, char *err, size_t errlen)
 	for (i = 0; ret == 0 && i < s->rct_size; i++) {
 		uint64_t e = qc_rd64(buf + i * 8);
 
-		if (e & QC_RCT_RESERVED || (e & (s->cluster_size - 1)) || e >= fend ||
-		    (e && e < s->cluster_size)) {
-			snprintf(err, errlen, "qcow2: refcount table entry %llu (0x%llx) is invalid "
-				 "(misaligned, reserved bits or past the end of the file)",
-				 (unsigned long long)i, (unsigned long long)e);
+		why = qc_rct_problem(s, e);
+		if (why) {
+			snprintf(err, errlen, "qcow2: refcount block offset 0x%llx (refcount table "
+				 "entry %llu) %s", (unsigned long long)e, (unsigned long long)i, why);
 			ret = -EINVAL;
 		}
 		s->rct[i] = e;
+		if (e)
+			s->rct_used = i + 1;
 	}
 	free(buf);
 	return ret;
+}
+
+/* A refcount block must not be any of the tables (checked at each use: the
+ * tables move when they grow, and the comparisons cost nothing). */
+static int qc_rb_check(struct qc_state *s, uint64_t ti)
+{
+	char what[96];
+
+	if (!qc_meta_overlap(s, QC_OL_FIXED, s->rct[ti], s->cluster_size, what, sizeof(what)))
+		return 0;
+	return qc_corrupt(s, "refcount block offset 0x%llx (refcount table entry %llu) overlaps "
+			  "the %s", (unsigned long long)s->rct[ti], (unsigned long long)ti, what);
 }
 
 /* Key of the slice holding cluster c's refcount and its index there. */
@@ -119,6 +147,9 @@ int qc_rc_get(struct qc_state *s, uint64_t c, uint64_t *rc)
 	*rc = 0;
 	if (ti >= s->rct_size || !s->rct[ti])
 		return 0;
+	ret = qc_rb_check(s, ti);
+	if (ret)
+		return ret;
 	key = qc_rc_key(s, c, &idx);
 	sl = qc_cache_get(s, &s->rbc, key, false, &ret);
 	if (sl)
@@ -135,6 +166,7 @@ static int qc_rb_create(struct qc_state *s, uint64_t ti, uint64_t r)
 {
 	uint64_t roff;
 	uint8_t *buf;
+	char what[96];
 	int ret;
 
 	if (ti >= s->rct_size)
@@ -145,8 +177,13 @@ static int qc_rb_create(struct qc_state *s, uint64_t ti, uint64_t r)
 	while (qc_overlaps_fixed(s, r << s->cluster_bits, s->cluster_size))
 		r++;
 	if ((r >> s->rb_bits) != ti)
-		return -EIO;
+		return qc_corrupt(s, "no room for refcount block %llu: its range is all tables",
+				  (unsigned long long)ti);
 	roff = r << s->cluster_bits;
+	/* Its refcount is zero (no block counts it): it must be unused. */
+	if (qc_meta_overlap(s, QC_OL_ALL, roff, s->cluster_size, what, sizeof(what)))
+		return qc_corrupt(s, "new refcount block at 0x%llx would overwrite the %s, whose "
+				  "refcount is zero", (unsigned long long)roff, what);
 	ret = qc_grow_file(s, s->file, roff + s->cluster_size);
 	if (ret)
 		return ret;
@@ -162,6 +199,8 @@ static int qc_rb_create(struct qc_state *s, uint64_t ti, uint64_t r)
 	/* The table entry goes out at writeback, after a flush that makes
 	 * this block durable and before any L2 entry that needs it. */
 	s->rct[ti] = roff;
+	if (ti >= s->rct_used)
+		s->rct_used = ti + 1;
 	s->rct_dirty[ti / 512] = 1;
 	s->metadata_changed = true;
 	if (roff + s->cluster_size > s->alloc_end)
@@ -184,17 +223,26 @@ int qc_rc_update(struct qc_state *s, uint64_t c, int64_t delta)
 		if (ret)
 			return ret;
 	}
+	ret = qc_rb_check(s, ti);
+	if (ret)
+		return ret;
 	key = qc_rc_key(s, c, &idx);
 	sl = qc_cache_get(s, &s->rbc, key, false, &ret);
 	if (!sl)
 		return ret;
 	v = qc_rc_get_raw(s, sl->data, idx);
-	if ((delta < 0 && v < (uint64_t)-delta) || (delta > 0 && s->rc_max - v < (uint64_t)delta)) {
+	/* (uint64_t)delta wraps: v + it is v - |delta| for delta < 0. */
+	if ((delta < 0 && v < 0 - (uint64_t)delta) ||
+	    (delta > 0 && s->rc_max - v < (uint64_t)delta)) {
 		log_err("qcow2: refcount of cluster %llu would leave its range (%llu%+lld)",
 			(unsigned long long)c, (unsigned long long)v, (long long)delta);
 		return delta < 0 ? -EIO : -ERANGE;
 	}
 	v += (uint64_t)delta;
+	/* Compressed data is appended to comp_next's cluster only while that
+	 * cluster is surely still ours. */
+	if (delta < 0 && s->comp_next && (s->comp_next >> s->cluster_bits) == c)
+		s->comp_next = 0;
 	qc_rc_set_raw(s, sl->data, idx, v);
 	qc_cache_mark_dirty(s, &s->rbc, sl);
 	if (v == 0 && c < s->free_index)
@@ -208,9 +256,12 @@ int qc_rc_update(struct qc_state *s, uint64_t c, int64_t delta)
 int qc_rct_write_dirty(struct qc_state *s)
 {
 	uint64_t nchunks = (s->rct_size + 511) / 512, i, j, n;
-	uint8_t *buf = qc_alloc_buf(4096);
-	int ret = 0;
+	uint8_t *buf;
+	int ret = qc_file_whole(s);
 
+	if (ret)
+		return ret;
+	buf = qc_alloc_buf(4096);
 	if (!buf)
 		return -ENOMEM;
 	for (i = 0; i < nchunks && ret == 0; i++) {
@@ -261,6 +312,7 @@ static uint64_t qc_grow_missing(struct qc_state *s, struct qc_grow *g, uint64_t 
 static int qc_grow_plan(struct qc_state *s, uint64_t ti, struct qc_grow *g)
 {
 	uint64_t per = s->cluster_size / 8, m = 0, n;
+	char what[96];
 
 	g->new_entries = qc_align_up(ti + 1 > s->rct_size * 2 ? ti + 1 : s->rct_size * 2, per);
 	if (g->new_entries * 8 > QC_MAX_RCT_BYTES)
@@ -272,6 +324,10 @@ static int qc_grow_plan(struct qc_state *s, uint64_t ti, struct qc_grow *g)
 	g->m = m;
 	if (((g->a + g->k + m) >> s->rb_bits) >= g->new_entries)
 		return -EFBIG;
+	if (qc_meta_overlap(s, QC_OL_ALL, g->a << s->cluster_bits, (g->k + m) << s->cluster_bits,
+			    what, sizeof(what)))
+		return qc_corrupt(s, "the new refcount table at 0x%llx would overwrite the %s",
+				  (unsigned long long)(g->a << s->cluster_bits), what);
 	g->tab = calloc(g->new_entries, 8);
 	return g->tab ? 0 : -ENOMEM;
 }
@@ -336,8 +392,12 @@ static int qc_grow_switch(struct qc_state *s, struct qc_grow *g)
 	s->rct_dirty = dirty;
 	s->rct = g->tab;
 	g->tab = NULL;
+	for (s->rct_used = g->new_entries; s->rct_used && !s->rct[s->rct_used - 1];)
+		s->rct_used--;
+	pthread_mutex_lock(&s->lock); /* the fast paths check against the table */
 	s->rct_size = g->new_entries;
 	s->rct_offset = off;
+	pthread_mutex_unlock(&s->lock);
 	s->h.refcount_table_offset = off;
 	s->h.refcount_table_clusters = (uint32_t)g->k;
 	/* Nothing points to the old table any more. */
@@ -426,7 +486,21 @@ int qc_grow_file(struct qc_state *s, struct blk_node *node, uint64_t need)
 		qc_co_op(node, BLK_OP_WRITE_ZEROES, old, node->size - old, BLK_F_NO_FALLBACK);
 	if (node == s->file)
 		s->file_size = node->size;
+	if (node == s->data) {
+		pthread_mutex_lock(&s->lock);
+		s->fwd_limit = node->size;
+		pthread_mutex_unlock(&s->lock);
+	}
 	return 0;
+}
+
+/* Metadata may sit in a last cluster the file ends inside of (reads pad it
+ * with zeroes): before writing any, make that cluster whole. */
+int qc_file_whole(struct qc_state *s)
+{
+	if (!(s->file->size & (s->cluster_size - 1)))
+		return 0;
+	return qc_grow_file(s, s->file, qc_align_up(s->file->size, s->cluster_size));
 }
 
 /* First run of n free clusters at or after s->free_index, which moves to
@@ -510,6 +584,7 @@ static int qc_alloc_claim(struct qc_state *s, uint64_t n, bool exact, uint64_t *
 			  uint64_t *got)
 {
 	uint64_t c, i, end;
+	char what[96];
 	int ret;
 
 	ret = qc_alloc_search(s, &n, exact, &c);
@@ -520,10 +595,12 @@ static int qc_alloc_claim(struct qc_state *s, uint64_t n, bool exact, uint64_t *
 	if (n > 1)
 		s->run_hint = c + n;
 	end = (c + n) << s->cluster_bits;
-	if (qc_overlaps_fixed(s, c << s->cluster_bits, n << s->cluster_bits)) {
-		log_err("qcow2: refcounts say the header or a table is free: image corrupt");
-		return -EIO;
-	}
+	/* QEMU's overlap check before a write, done once at allocation. */
+	if (qc_meta_overlap(s, QC_OL_ALL, c << s->cluster_bits, n << s->cluster_bits, what,
+			    sizeof(what)))
+		return qc_corrupt(s, "clusters 0x%llx+%llu about to be allocated (refcount zero) "
+				  "hold the %s", (unsigned long long)(c << s->cluster_bits),
+				  (unsigned long long)n, what);
 	ret = qc_grow_file(s, s->file, end);
 	for (i = 0; ret == 0 && i < n; i++)
 		ret = qc_rc_update(s, c + i, 1);
@@ -553,20 +630,23 @@ int qc_alloc_run(struct qc_state *s, uint64_t *n, uint64_t *off, bool *fresh)
  * reference to every host cluster its bytes touch. */
 int qc_alloc_bytes(struct qc_state *s, uint64_t len, uint64_t *off)
 {
-	uint64_t pos = s->comp_next, room;
+	uint64_t pos = s->comp_next, room, rc = UINT64_MAX;
 	bool fresh;
 	int ret;
 
 	room = pos ? s->cluster_size - (pos & (s->cluster_size - 1)) : 0;
 	if (pos && (pos & (s->cluster_size - 1)) && len <= room) {
-		ret = qc_rc_update(s, pos >> s->cluster_bits, 1);
-		if (ret)
-			return ret;
-	} else {
-		ret = qc_alloc_clusters(s, 1, &pos, &fresh);
+		ret = qc_rc_get(s, pos >> s->cluster_bits, &rc);
 		if (ret)
 			return ret;
 	}
+	/* A full refcount (always, with 1-bit refcounts): a cluster of its own. */
+	if (rc < s->rc_max)
+		ret = qc_rc_update(s, pos >> s->cluster_bits, 1);
+	else
+		ret = qc_alloc_clusters(s, 1, &pos, &fresh);
+	if (ret)
+		return ret;
 	*off = pos;
 	s->comp_next = qc_align_up(pos + len, 512);
 	if (!(s->comp_next & (s->cluster_size - 1)))

@@ -70,6 +70,20 @@ static int qc_read_compressed(struct qc_state *s, uint64_t e, uint64_t coff, uin
 	return ret;
 }
 
+/* A data cluster the file ends inside of reads as zeroes past the end, as
+ * in every qcow2 reader (the entry check keeps the cluster's start inside). */
+static int qc_read_data(struct qc_state *s, uint64_t host, uint64_t len, const struct iovec *iov,
+			int iovcnt, size_t iov_off)
+{
+	uint64_t size = s->data->size, in = host >= size ? 0 : size - host;
+
+	if (in > len)
+		in = len;
+	if (in < len)
+		iov_memset(iov, iovcnt, iov_off + in, 0, len - in);
+	return in ? qc_rw_iov(s->data, BLK_OP_READ, host, in, iov, iovcnt, iov_off) : 0;
+}
+
 int qc_read_entry(struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm, uint64_t coff,
 		  uint64_t len, const struct iovec *iov, int iovcnt, size_t iov_off)
 {
@@ -80,8 +94,7 @@ int qc_read_entry(struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm, uint
 		n = len;
 		switch (qc_classify(s, e, bm, coff, &n)) {
 		case QC_NORMAL:
-			ret = qc_rw_iov(s->data, BLK_OP_READ, (e & QC_OFFSET_MASK) + coff, n, iov,
-					iovcnt, iov_off);
+			ret = qc_read_data(s, (e & QC_OFFSET_MASK) + coff, n, iov, iovcnt, iov_off);
 			break;
 		case QC_ZERO:
 			iov_memset(iov, iovcnt, iov_off, 0, n);
@@ -168,6 +181,12 @@ static int qc_write_in_place(struct qc_state *s, uint64_t e, uint64_t off, uint6
 	unsigned ep;
 	int ret;
 
+	/* The file may end inside the cluster (see qc_read_data). */
+	ret = qc_grow_file(s, s->data, (e & QC_OFFSET_MASK) + qc_coff(s, off) + len);
+	if (ret) {
+		qc_co_unlock(s, &s->meta);
+		return ret;
+	}
 	pthread_mutex_lock(&s->lock);
 	qc_wr_begin(s, &ep);
 	pthread_mutex_unlock(&s->lock);
@@ -260,7 +279,7 @@ static int qc_plan_alloc(struct qc_state *s, struct qc_plan *p, uint64_t end)
 		p->host = off0;
 		p->new_host = false;
 		p->fresh = false;
-		return 0;
+		return qc_grow_file(s, s->data, off0 + s->cluster_size);
 	}
 	p->new_host = true;
 	ret = qc_alloc_run(s, &p->k, &p->host, &p->fresh);
@@ -471,6 +490,8 @@ static int qc_zero_cluster(struct qc_state *s, uint64_t gc, uint32_t flags, bool
 	if (ret)
 		goto out;
 	if (s->data_raw && !discard) /* the raw data file must hold the zeroes too */
+		ret = qc_grow_file(s, s->data, (gc + 1) << s->cluster_bits);
+	if (s->data_raw && !discard && !ret)
 		ret = qc_co_op(s->data, BLK_OP_WRITE_ZEROES, gc << s->cluster_bits,
 			       s->cluster_size, 0);
 	if (ret)
@@ -534,17 +555,36 @@ int qc_co_zero(struct qc_state *s, uint64_t off, uint64_t len, uint32_t flags, b
 
 /* ---- block status ---- */
 
-static uint32_t qc_status_of(struct qc_state *s, enum qc_kind k, uint64_t goff)
+/* Does a range of kind k keep a host cluster? As in QEMU's block status: plain
+ * data, a zero cluster that kept its host cluster (zero flag with an offset)
+ * and, with subclusters, zero or unallocated subclusters of an allocated
+ * cluster do; compressed clusters (no plain host range) and clusters without
+ * a host cluster do not. */
+static bool qc_status_has_host(const struct qc_state *s, enum qc_kind k, uint64_t e)
 {
+	if (k == QC_COMPRESSED)
+		return false;
+	if (k == QC_NORMAL)
+		return true;
+	if (s->ext_l2)
+		return (e & QC_OFFSET_MASK) || (s->data_external && (e & QC_OFLAG_COPIED));
+	return k == QC_ZERO && (e & QC_OFFSET_MASK);
+}
+
+static uint32_t qc_status_of(struct qc_state *s, enum qc_kind k, uint64_t e, uint64_t goff)
+{
+	uint32_t host = qc_status_has_host(s, k, e) ? BLK_STATUS_OFFSET_VALID : 0;
+
 	switch (k) {
 	case QC_NORMAL:
-		return BLK_STATUS_DATA | BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID;
+		return BLK_STATUS_DATA | BLK_STATUS_ALLOCATED | host;
 	case QC_COMPRESSED:
 		return BLK_STATUS_DATA | BLK_STATUS_ALLOCATED;
 	case QC_ZERO:
-		return BLK_STATUS_ZERO | BLK_STATUS_ALLOCATED;
+		return BLK_STATUS_ZERO | BLK_STATUS_ALLOCATED | host;
 	default:
-		return s->backing && goff < s->backing_size ? BLK_STATUS_DATA : BLK_STATUS_ZERO;
+		return (s->backing && goff < s->backing_size ? BLK_STATUS_DATA : BLK_STATUS_ZERO) |
+		       host;
 	}
 }
 
@@ -565,7 +605,7 @@ int qc_co_block_status(struct qc_state *s, struct blk_request *req)
 			break;
 		n = end - off;
 		k = qc_classify(s, e, bm, coff, &n);
-		st1 = qc_status_of(s, k, off);
+		st1 = qc_status_of(s, k, e, off);
 		if (req->status_len == 0) {
 			st = st1;
 			host = (e & QC_OFFSET_MASK) + coff;

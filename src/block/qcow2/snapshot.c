@@ -99,26 +99,39 @@ static int qc_snap_one(struct qc_state *s, struct qc_snap_rd *r, uint64_t *pos,
 	*pos = end;
 	return 0;
 trunc:
-	if (ret == -EINVAL)
-		snprintf(err, errlen, "qcow2: snapshot table too large or truncated");
+	if (ret == -EINVAL && r->limit == QC_MAX_SNAPSHOTS_BYTES)
+		snprintf(err, errlen, "qcow2: snapshot table (%u entries at 0x%llx) is larger than "
+			 "%u bytes", s->h.nb_snapshots, (unsigned long long)s->h.snapshots_offset,
+			 QC_MAX_SNAPSHOTS_BYTES);
+	else if (ret == -EINVAL)
+		snprintf(err, errlen, "qcow2: snapshot table (%u entries at 0x%llx) runs past the "
+			 "end of the file", s->h.nb_snapshots,
+			 (unsigned long long)s->h.snapshots_offset);
 	return ret;
 }
 
+/* Once the whole table is known (it is one of the things to overlap). */
 static int qc_snap_validate(struct qc_state *s, const struct qc_snapshot *sn, char *err,
 			    size_t errlen)
 {
 	uint64_t bytes = (uint64_t)sn->l1_size * 8;
+	char what[96], why[128];
 
-	if (bytes > QC_MAX_L1_BYTES || (sn->l1_offset & (s->cluster_size - 1)) ||
-	    (bytes && (!sn->l1_offset ||
-		       sn->l1_offset + bytes > qc_align_up(s->file->size, s->cluster_size))) ||
-	    qc_ranges_overlap(sn->l1_offset, bytes, 0, s->cluster_size) ||
-	    qc_ranges_overlap(sn->l1_offset, bytes, s->rct_offset, s->rct_size * 8)) {
-		snprintf(err, errlen, "qcow2: snapshot '%s' has an invalid L1 table (0x%llx, %u "
-			 "entries)", sn->id, (unsigned long long)sn->l1_offset, sn->l1_size);
-		return -EINVAL;
-	}
-	return 0;
+	if (bytes > QC_MAX_L1_BYTES)
+		snprintf(why, sizeof(why), "is too large (at most %u bytes)", QC_MAX_L1_BYTES);
+	else if (sn->l1_offset & (s->cluster_size - 1))
+		snprintf(why, sizeof(why), "is not cluster aligned");
+	else if (bytes && (!sn->l1_offset || sn->l1_offset > (1ull << 56) ||
+			   sn->l1_offset + bytes > qc_align_up(s->file->size, s->cluster_size)))
+		snprintf(why, sizeof(why), "is outside the file");
+	else if (bytes && qc_meta_overlap(s, QC_OL_FIXED, sn->l1_offset, bytes, what,
+					  sizeof(what)))
+		snprintf(why, sizeof(why), "overlaps the %s", what);
+	else
+		return 0;
+	snprintf(err, errlen, "qcow2: the L1 table of snapshot '%.64s' (0x%llx, %u entries) %s",
+		 sn->id, (unsigned long long)sn->l1_offset, sn->l1_size, why);
+	return -EINVAL;
 }
 
 int qc_snapshots_read(struct qc_state *s, char *err, size_t errlen)
@@ -139,17 +152,22 @@ int qc_snapshots_read(struct qc_state *s, char *err, size_t errlen)
 	for (i = 0; i < s->h.nb_snapshots && !ret; i++) {
 		ret = qc_snap_one(s, &r, &pos, &s->snaps[i], err, errlen);
 		s->nsnaps = i + 1;
-		if (!ret)
-			ret = qc_snap_validate(s, &s->snaps[i], err, errlen);
 	}
 	free(r.buf);
-	s->snap_offset = s->h.snapshots_offset;
-	s->snap_bytes = pos;
-	if (!ret && (qc_ranges_overlap(s->snap_offset, pos, s->l1_offset, (uint64_t)s->l1_size * 8) ||
-		     qc_ranges_overlap(s->snap_offset, pos, s->rct_offset, s->rct_size * 8))) {
-		snprintf(err, errlen, "qcow2: snapshot table overlaps other metadata");
+	if (!ret && (qc_ranges_overlap(s->h.snapshots_offset, pos, s->l1_offset,
+				       (uint64_t)s->l1_size * 8) ||
+		     qc_ranges_overlap(s->h.snapshots_offset, pos, s->rct_offset, s->rct_size * 8))) {
+		snprintf(err, errlen, "qcow2: the snapshot table (0x%llx, %llu bytes) overlaps the "
+			 "%s table", (unsigned long long)s->h.snapshots_offset,
+			 (unsigned long long)pos,
+			 qc_ranges_overlap(s->h.snapshots_offset, pos, s->l1_offset,
+					   (uint64_t)s->l1_size * 8) ? "L1" : "refcount");
 		ret = -EINVAL;
 	}
+	s->snap_offset = s->h.snapshots_offset;
+	s->snap_bytes = pos;
+	for (i = 0; i < s->nsnaps && !ret; i++)
+		ret = qc_snap_validate(s, &s->snaps[i], err, errlen);
 	return ret;
 }
 
