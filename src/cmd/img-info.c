@@ -570,7 +570,7 @@ int cmd_img_check(int argc, char **argv)
 	oo.fmt = a.fmt;
 	oo.cache = a.cache;
 	/* The backing chain plays no part in the metadata check. */
-	oo.flags = IMG_OPEN_NO_BACKING | (a.repair ? IMG_OPEN_RW : 0);
+	oo.flags = IMG_OPEN_NO_BACKING | (a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0);
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, NULL);

@@ -32,6 +32,9 @@ void img_loop_end(struct loop *loop, struct blk_node *bs);
  * never probed, the qcow2 driver takes their format from the header). */
 #define IMG_OPEN_RW (1u << 0)
 #define IMG_OPEN_NO_BACKING (1u << 1) /* qcow2: do not open the backing chain */
+/* qcow2, with IMG_OPEN_RW: open for qcow2_check's repair (repair=on), even
+ * when the image is marked corrupt (check -r only). */
+#define IMG_OPEN_REPAIR (1u << 2)
 struct img_open_opts {
 	const char *fmt;   /* NULL: probe */
 	unsigned flags;    /* IMG_OPEN_* */

@@ -120,6 +120,12 @@ static void img_extra(char *buf, size_t n, const char *path, const char *fmt,
 	len = strlen(buf);
 	if ((o->flags & IMG_OPEN_NO_BACKING) && fmt && !strcmp(fmt, "qcow2"))
 		snprintf(buf + len, n - len, ",backing=");
+	len = strlen(buf);
+	if ((o->flags & IMG_OPEN_REPAIR) && (o->flags & IMG_OPEN_RW) && fmt &&
+	    !strcmp(fmt, "qcow2")) {
+		qcow2_allow_repair_open();
+		snprintf(buf + len, n - len, ",repair=on");
+	}
 }
 
 int img_open(const char *path, const struct img_open_opts *o, struct blk_node **out,

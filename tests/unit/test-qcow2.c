@@ -959,6 +959,107 @@ static void test_dirty_repair(void **state)
 	compare_with_qemu(path("dz.qcow2"), NULL);
 }
 
+static uint32_t bstat(struct blk_node *bs, uint64_t off, uint64_t len, uint64_t *n,
+		      uint64_t *host)
+{
+	struct blk_request req = { .op = BLK_OP_BLOCK_STATUS, .offset = off, .len = len };
+
+	assert_int_equal(blk_do_sync(bs, &req), 0);
+	*n = req.status_len;
+	*host = req.status_offset;
+	return req.status;
+}
+
+/* Block status of zero clusters: with their host cluster kept (write-zeroes
+ * without unmap on data) the host offset is reported, as QEMU does; a zero
+ * cluster without one and a data cluster as before. */
+static void test_block_status_zero_offset(void **state)
+{
+	struct qcow2_create_opts o = { .size = 1u << 20 };
+	static uint8_t buf[131072];
+	struct blk_node *bs;
+	uint64_t host, h, n;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(qcow2_create(path("bz.qcow2"), &o, err, sizeof(err)), 0);
+	bs = open_ok(path("bz.qcow2"), NULL);
+	memset(buf, 7, sizeof(buf));
+	assert_int_equal(blk_pwrite(bs, 0, buf, sizeof(buf), 0), 0);
+	bstat(bs, 0, 65536, &n, &host);
+	assert_int_equal(do_req(bs, BLK_OP_WRITE_ZEROES, 0, 65536, 0), 0);
+	assert_int_equal(do_req(bs, BLK_OP_WRITE_ZEROES, 512u << 10, 65536, 0), 0);
+	assert_int_equal(bstat(bs, 0, 1u << 20, &n, &h),
+			 BLK_STATUS_ZERO | BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID);
+	assert_int_equal(n, 65536);
+	assert_int_equal(h, host);
+	assert_int_equal(bstat(bs, 65536, 65536, &n, &h),
+			 BLK_STATUS_DATA | BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID);
+	assert_int_equal(h, host + 65536);
+	assert_int_equal(bstat(bs, 512u << 10, 65536, &n, &h),
+			 BLK_STATUS_ZERO | BLK_STATUS_ALLOCATED);
+	blk_close(bs);
+	if (have_qemu)
+		assert_int_equal(sh("qemu-img map --output=json %s | grep -q "
+				    "'\"start\": 0, .*\"zero\": true, .*\"offset\": %llu}'",
+				    path("bz.qcow2"), (unsigned long long)host), 0);
+}
+
+static void set_incompat_bits(const char *p, uint8_t bits)
+{
+	int fd = open(p, O_RDWR);
+	uint8_t b;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, 79), 1);
+	b |= bits;
+	assert_int_equal(pwrite(fd, &b, 1, 79), 1);
+	close(fd);
+}
+
+/* An image marked corrupt: refused read-write, and repair=on refused until
+ * the process allows it; opened for repair, writes stay refused until
+ * qcow2_check finds the image clean and clears the bit. */
+static void test_repair_corrupt_bit(void **state)
+{
+	struct qcow2_create_opts o = { .size = 1u << 20 };
+	struct qcow2_check_result r;
+	struct qcow2_info info;
+	static uint8_t buf[65536];
+	struct blk_node *bs;
+	char err[256];
+	int ret;
+
+	(void)state;
+	assert_int_equal(qcow2_create(path("rc.qcow2"), &o, err, sizeof(err)), 0);
+	bs = open_ok(path("rc.qcow2"), NULL);
+	memset(buf, 9, sizeof(buf));
+	assert_int_equal(blk_pwrite(bs, 0, buf, sizeof(buf), 0), 0);
+	blk_close(bs);
+	set_incompat_bits(path("rc.qcow2"), 2);
+	assert_null(open_img(path("rc.qcow2"), NULL, &ret, err, sizeof(err)));
+	assert_int_equal(ret, -EROFS);
+	assert_null(open_img(path("rc.qcow2"), "repair=on", &ret, err, sizeof(err)));
+	assert_int_equal(ret, -EINVAL);
+	qcow2_allow_repair_open();
+	bs = open_ok(path("rc.qcow2"), "repair=on");
+	assert_int_equal(blk_pwrite(bs, 0, buf, 512, 0), -EIO);
+	assert_int_equal(qcow2_check(bs, QCOW2_FIX_LEAKS, &r), 0);
+	assert_int_equal(r.corruptions + r.leaks + r.check_errors, 0);
+	assert_int_equal(qcow2_get_info(bs, &info), 0);
+	assert_false(info.corrupt);
+	assert_int_equal(info.incompatible_features & 3, 0);
+	qcow2_info_free(&info);
+	assert_int_equal(blk_pwrite(bs, 65536, buf, sizeof(buf), 0), 0);
+	blk_close(bs);
+	bs = open_ok(path("rc.qcow2"), NULL);
+	assert_int_equal(blk_pread(bs, 65536, buf, sizeof(buf)), 0);
+	assert_int_equal(buf[0], 9);
+	blk_close(bs);
+	if (have_qemu)
+		qemu_check_clean(path("rc.qcow2"));
+}
+
 /* ---- crash consistency ----
  * A child process (this binary with --crash-child) writes unique 4 KiB slots
  * with flushes in between and is killed with SIGKILL at a random moment; it
@@ -1702,6 +1803,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_refcount_growth),
 		cmocka_unit_test(test_check_and_leaks),
 		cmocka_unit_test(test_dirty_repair),
+		cmocka_unit_test(test_block_status_zero_offset),
+		cmocka_unit_test(test_repair_corrupt_bit),
 		cmocka_unit_test(test_crash_consistency),
 		cmocka_unit_test(test_hostile_headers),
 		cmocka_unit_test(test_hostile_fuzz),

@@ -4,6 +4,7 @@
  * clusters, refcount table and blocks, snapshot table - and compared with
  * the stored refcounts: stored < counted is a corruption, stored > counted
  * a leak. COPIED flags of the active tables must match refcount == 1.
+ * A repair that leaves no corruption clears the dirty and corrupt bits.
  *
  * Threading: runs in a coroutine with s->meta held, no request in flight.
  * Memory: one 32-bit counter per host cluster of the file, refused past
@@ -26,6 +27,7 @@ struct ck {
 	uint8_t *buf;      /* one cluster */
 	uint64_t prev_host;
 	int flags;
+	bool fix_copied;   /* repair COPIED flags (decided after the refcounts) */
 };
 
 static void ck_error(struct ck *k, bool leak, const char *fmt, ...)
@@ -88,7 +90,10 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 		return;
 	}
 	off = e & QC_OFFSET_MASK;
-	if (!off)
+	/* Offset 0 is a cluster of an external data file when COPIED says so
+	 * (not with the zero flag: QEMU's ZERO_PLAIN). */
+	if (!off && (!s->data_external || !(e & QC_OFLAG_COPIED) ||
+		     (!s->ext_l2 && (e & QC_OFLAG_ZERO))))
 		return;
 	if (!s->data_external)
 		ck_ref(k, off, s->cluster_size, "data cluster");
@@ -234,7 +239,8 @@ static int ck_compare(struct ck *k)
 		ret = qc_rc_get(s, c, &rc);
 		if (ret)
 			return ret;
-		if (want)
+		/* As QEMU: leaked clusters are in use too. */
+		if (want || rc)
 			k->r->image_end_offset = (c + 1) << s->cluster_bits;
 		if (rc == want)
 			continue;
@@ -270,17 +276,26 @@ static int ck_compare(struct ck *k)
 
 /* ---- COPIED flags of the active tables: set exactly when refcount == 1 ---- */
 
-static bool ck_copied_ok(struct ck *k, uint64_t e, uint64_t off)
+/* As QEMU does, the flag is compared with the stored refcount (repaired by
+ * ck_compare first), so an unrepaired wrong refcount also counts as a wrong
+ * flag. Refcounts that cannot be read were reported already: skipped. */
+static bool ck_copied_ok(struct ck *k, uint64_t e, uint64_t off, bool data)
 {
-	uint64_t c = off >> k->s->cluster_bits;
-	bool want = k->s->data_external ? true : (c < k->n && k->refs[c] == 1);
+	struct qc_state *s = k->s;
+	uint64_t c = off >> s->cluster_bits, ti = c >> s->rb_bits, rc = 0;
 
-	return !!(e & QC_OFLAG_COPIED) == want;
+	if (data && s->data_external)
+		return (e & QC_OFLAG_COPIED) != 0;
+	if (ti < s->rct_size && s->rct[ti] &&
+	    (qc_meta_overlap(s, QC_OL_FIXED, s->rct[ti], s->cluster_size, NULL, 0) ||
+	     qc_rc_get(s, c, &rc)))
+		return true;
+	return !!(e & QC_OFLAG_COPIED) == (rc == 1);
 }
 
 static void ck_copied_fix(struct ck *k, int ret, const char *what, uint64_t idx)
 {
-	if ((k->flags & QCOW2_FIX_ERRORS) && ret == 0)
+	if (k->fix_copied && ret == 0)
 		k->r->corruptions_fixed++;
 	else
 		ck_error(k, false, "OFLAG_COPIED wrong in %s entry %llu", what,
@@ -300,10 +315,10 @@ static void ck_copied_l2(struct ck *k, uint64_t l2off)
 		e = qc_rd64(k->buf + i * s->l2_entry_bytes);
 		off = e & QC_OFFSET_MASK;
 		if ((e & QC_OFLAG_COMPRESSED) || (!off && !(e & QC_OFLAG_COPIED)) ||
-		    ck_copied_ok(k, e, off))
+		    ck_copied_ok(k, e, off, true))
 			continue;
-		ck_copied_fix(k, (k->flags & QCOW2_FIX_ERRORS) ?
-			      qc_l2_patch(s, l2off, i, e ^ QC_OFLAG_COPIED) : -1, "L2", i);
+		ck_copied_fix(k, k->fix_copied ? qc_l2_patch(s, l2off, i, e ^ QC_OFLAG_COPIED) : -1,
+			      "L2", i);
 	}
 }
 
@@ -313,14 +328,19 @@ static void ck_copied(struct ck *k)
 	uint64_t i, off;
 	char buf[128];
 
+	/* -r leaks repairs the flags only when nothing else is wrong (QEMU:
+	 * a wrong refcount must be repaired first). */
+	k->fix_copied = (k->flags & QCOW2_FIX_ERRORS) ||
+			((k->flags & QCOW2_FIX_LEAKS) && !k->r->corruptions && !k->r->leaks &&
+			 !k->r->check_errors);
 	for (i = 0; i < s->l1_size; i++) {
 		off = s->l1[i] & QC_OFFSET_MASK;
 		/* Never patch what is not surely an L2 table. */
 		if (!off || qc_l1e_problem(s, s->l1[i], buf, sizeof(buf)) ||
 		    (off >> s->cluster_bits) >= k->n)
 			continue;
-		if (!ck_copied_ok(k, s->l1[i], off) && !s->data_external) {
-			if (k->flags & QCOW2_FIX_ERRORS) {
+		if (!ck_copied_ok(k, s->l1[i], off, false)) {
+			if (k->fix_copied) {
 				pthread_mutex_lock(&s->lock);
 				s->l1[i] ^= QC_OFLAG_COPIED;
 				s->l1_dirty[i * 8 / 4096] = 1;
@@ -330,6 +350,20 @@ static void ck_copied(struct ck *k)
 		}
 		ck_copied_l2(k, off);
 	}
+}
+
+/* Everything repaired on disk, refcount blocks too (lazy refcounts keep
+ * them in the cache until close otherwise). */
+static int ck_writeback_all(struct qc_state *s)
+{
+	int ret = qc_metadata_writeback(s, true);
+
+	if (!ret && s->rbc.ndirty) {
+		ret = qc_cache_writeback(s, &s->rbc);
+		if (!ret)
+			ret = qc_co_flush(s->file);
+	}
+	return ret;
 }
 
 static int ck_run(struct ck *k)
@@ -364,7 +398,7 @@ static int ck_run(struct ck *k)
 	if (!ret)
 		ck_copied(k);
 	if (!ret && (k->r->leaks_fixed || k->r->corruptions_fixed))
-		ret = qc_metadata_writeback(s, true);
+		ret = ck_writeback_all(s);
 	return ret;
 }
 
@@ -374,17 +408,75 @@ struct ck_ctx {
 	struct qcow2_check_result *r;
 };
 
+static int ck_pass(struct qc_state *s, int flags, struct qcow2_check_result *r)
+{
+	struct ck k = { .s = s, .r = r, .flags = flags };
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	ret = ck_run(&k);
+	free(k.refs);
+	free(k.buf);
+	return ret;
+}
+
+/* QEMU's qcow2_mark_clean and qcow2_mark_consistent: the repaired metadata
+ * is on disk before the dirty and corrupt bits go. */
+static int ck_mark_consistent(struct qc_state *s)
+{
+	const uint64_t bits = QC_INCOMPAT_DIRTY | QC_INCOMPAT_CORRUPT;
+	int ret;
+
+	if (!(s->h.incompat & bits))
+		return 0;
+	ret = ck_writeback_all(s);
+	if (!ret)
+		ret = qc_header_write_features(s, s->h.incompat & ~bits, s->h.autoclear);
+	if (!ret)
+		s->hdr_dirty_set = false;
+	return ret;
+}
+
+/* Repair; the image is consistent when no corruption or check error is
+ * left (leaks are harmless), and a repair that changed something is
+ * verified by a second pass before the bits are cleared. A corruption found
+ * on the way (qc_corrupt sets s->corrupt again) keeps them. */
+static int ck_repair(struct ck_ctx *c, bool *consistent)
+{
+	struct qcow2_check_result v;
+	int ret = ck_pass(c->s, c->flags, c->r);
+
+	if (ret || c->r->corruptions || c->r->check_errors || c->s->corrupt)
+		return ret;
+	if (c->r->leaks_fixed || c->r->corruptions_fixed) {
+		ret = ck_pass(c->s, 0, &v);
+		if (ret || v.corruptions || v.check_errors || c->s->corrupt)
+			return ret;
+	}
+	ret = ck_mark_consistent(c->s);
+	*consistent = ret == 0;
+	return ret;
+}
+
 static int ck_co(void *arg)
 {
 	struct ck_ctx *c = arg;
-	struct ck k = { .s = c->s, .r = c->r, .flags = c->flags };
+	struct qc_state *s = c->s;
+	bool corrupt = s->corrupt, consistent = false;
 	int ret;
 
-	qc_co_lock(c->s, &c->s->meta);
-	ret = ck_run(&k);
-	qc_co_unlock(c->s, &c->s->meta);
-	free(k.refs);
-	free(k.buf);
+	qc_co_lock(s, &s->meta);
+	if (!c->flags) {
+		ret = ck_pass(s, 0, c->r);
+	} else {
+		/* A corrupt image (opened with repair=on) is written by the
+		 * repair only: no request is in flight during a check. */
+		__atomic_store_n(&s->corrupt, false, __ATOMIC_RELEASE);
+		ret = ck_repair(c, &consistent);
+		if (!consistent && (corrupt || (s->h.incompat & QC_INCOMPAT_CORRUPT)))
+			__atomic_store_n(&s->corrupt, true, __ATOMIC_RELEASE);
+	}
+	qc_co_unlock(s, &s->meta);
 	return ret;
 }
 

@@ -274,6 +274,7 @@ struct qc_state {
 	uint64_t data_fresh_from; /* external data file: bytes past this read as zero */
 	bool lazy;
 	bool corrupt;             /* set atomically (qc_corrupt); read by qc_submit */
+	bool repair;              /* opened with repair=on (for qcow2_check); set at open */
 	bool read_only;
 	uint64_t cache_l2_bytes;
 	char fs_name[16];

@@ -38,6 +38,7 @@ struct qc_fwd {
 	struct blk_request *parent;
 	struct qc_state *s;
 	unsigned epoch;
+	bool read;
 	struct qc_fwd *next;
 };
 
@@ -195,6 +196,42 @@ static bool qc_fast_zero(struct qc_state *s, uint64_t off, uint64_t len)
 	return !qc_alloc_find(s, gc, 1);
 }
 
+static void qc_fwd_done(struct blk_request *c, int ret);
+
+/* A fast read from an external data file: a child request on the data node
+ * (the image node's own request cannot be shifted onto another node). */
+static int qc_read_child(struct blk_node *bs, struct qc_state *s, struct blk_request *req,
+			 uint64_t host)
+{
+	struct qc_thread *t = blk_thread_state(bs, req->loop, qc_thread_new);
+	struct qc_fwd *f;
+	int ret;
+
+	if (!t)
+		return 1;
+	f = t->free;
+	if (f)
+		t->free = f->next;
+	else if (!(f = calloc(1, sizeof(*f))))
+		return 1;
+	memset(&f->child, 0, sizeof(f->child));
+	f->parent = req;
+	f->s = s;
+	f->read = true;
+	f->child.op = BLK_OP_READ;
+	f->child.offset = host;
+	f->child.len = req->len;
+	f->child.iov = req->iov;
+	f->child.iovcnt = req->iovcnt;
+	f->child.cb = qc_fwd_done;
+	ret = blk_submit(s->data, &f->child);
+	if (ret) {
+		f->next = t->free;
+		t->free = f;
+	}
+	return ret;
+}
+
 static int qc_read_fast(struct blk_node *bs, struct qc_state *s, struct blk_request *req)
 {
 	uint64_t host;
@@ -211,6 +248,8 @@ static int qc_read_fast(struct blk_node *bs, struct qc_state *s, struct blk_requ
 	pthread_mutex_unlock(&s->lock);
 	if (!hit)
 		return 1;
+	if (s->data_external)
+		return qc_read_child(bs, s, req, host);
 	return blk_forward_shift(bs, req, host - req->offset);
 }
 
@@ -220,7 +259,8 @@ static void qc_fwd_done(struct blk_request *c, int ret)
 	struct blk_request *p = f->parent;
 	struct qc_thread *t = f->s->bs->thread_state[loop_index(p->loop)];
 
-	qc_wr_end(f->s, f->epoch);
+	if (!f->read)
+		qc_wr_end(f->s, f->epoch);
 	f->next = t->free;
 	t->free = f;
 	blk_complete(p, ret);
@@ -252,6 +292,7 @@ static int qc_write_fast(struct blk_node *bs, struct qc_state *s, struct blk_req
 	memset(&f->child, 0, sizeof(f->child));
 	f->parent = req;
 	f->s = s;
+	f->read = false;
 	f->child.op = BLK_OP_WRITE;
 	f->child.offset = host;
 	f->child.len = req->len;
@@ -328,6 +369,28 @@ static int qc_open_co(void *arg)
 	return ret;
 }
 
+/* repair=on is honoured only in a process that asked for it (img check -r):
+ * main thread, set before any open. */
+static bool qc_repair_allowed;
+
+void qcow2_allow_repair_open(void)
+{
+	qc_repair_allowed = true;
+}
+
+static int qc_parse_repair(struct qc_state *s, struct kv_opts *opts, char *err, size_t errlen)
+{
+	if (kv_get_bool(opts, "repair", &s->repair)) {
+		snprintf(err, errlen, "qcow2: repair: expected on or off");
+		return -EINVAL;
+	}
+	if (s->repair && !qc_repair_allowed) {
+		snprintf(err, errlen, "qcow2: repair=on is reserved for 'ioplane img check -r'");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int qc_parse_opts(struct qc_state *s, struct kv_opts *opts, char *err, size_t errlen)
 {
 	uint64_t l2 = QC_L2_CACHE_DEFAULT;
@@ -339,6 +402,8 @@ static int qc_parse_opts(struct qc_state *s, struct kv_opts *opts, char *err, si
 	}
 	if (fn && !(s->image_path = strdup(fn)))
 		return -ENOMEM;
+	if (qc_parse_repair(s, opts, err, errlen))
+		return -EINVAL;
 	s->cache_l2_bytes = l2; /* capped by what the image needs, see qc_caches_init */
 	return 0;
 }
@@ -359,19 +424,17 @@ static int qc_caches_init(struct qc_state *s)
 	return ret;
 }
 
-static int qc_mark_clean_co(void *arg)
-{
-	return qc_header_mark_clean(arg);
-}
-
 /* A dirty image (lazy refcounts, not closed cleanly) has refcounts that may
- * be wrong: repair them when writable, else go on read-only. */
+ * be wrong: repair them when writable (qcow2_check clears the dirty bit once
+ * the image checks clean), else go on read-only. Opened for repair, the
+ * check is left to the tool, which reports what it fixes (as QEMU does with
+ * BDRV_O_CHECK). */
 static int qc_open_dirty(struct qc_state *s, char *err, size_t errlen)
 {
 	struct qcow2_check_result r;
 	int ret;
 
-	if (!(s->h.incompat & QC_INCOMPAT_DIRTY))
+	if (!(s->h.incompat & QC_INCOMPAT_DIRTY) || (s->repair && !s->bs->read_only))
 		return 0;
 	if (s->bs->read_only) {
 		log_warn("qcow2: image was not closed cleanly (dirty bit set); refcounts may be "
@@ -380,10 +443,8 @@ static int qc_open_dirty(struct qc_state *s, char *err, size_t errlen)
 	}
 	log_warn("qcow2: image was not closed cleanly (dirty bit set): repairing refcounts");
 	ret = qcow2_check(s->bs, QCOW2_FIX_LEAKS | QCOW2_FIX_ERRORS, &r);
-	if (!ret && r.corruptions)
+	if (!ret && (r.corruptions || r.check_errors || (s->h.incompat & QC_INCOMPAT_DIRTY)))
 		ret = -EIO;
-	if (!ret)
-		ret = qc_run_sync(qc_mark_clean_co, s);
 	if (ret)
 		snprintf(err, errlen, "qcow2: repairing the dirty image failed (%s); use "
 			 "read-only=on or check -r all", r.first_error[0] ? r.first_error :
@@ -404,9 +465,11 @@ static int qc_open_rw_checks(struct qc_state *s, char *err, size_t errlen)
 
 	if (s->bs->read_only)
 		return 0;
-	if (s->corrupt) {
+	/* Opened for repair, writes stay refused (s->corrupt) until
+	 * qcow2_check leaves the image consistent. */
+	if (s->corrupt && !s->repair) {
 		snprintf(err, errlen, "qcow2: image is marked corrupt; it can only be opened "
-			 "read-only (repair it with check -r all)");
+			 "read-only (repair it with 'ioplane img check -r all')");
 		return -EROFS;
 	}
 	if (s->h.autoclear & ~QC_AUTOCLEAR_KNOWN)
@@ -445,7 +508,7 @@ static void qc_open_geometry(struct blk_node *bs, struct qc_state *s)
 	s->file_size = s->open_file_size = s->file->size;
 	s->fwd_limit = s->data->size;
 	s->fresh_from = s->alloc_end = qc_align_up(s->file->size, s->cluster_size);
-	s->fast_fwd = !s->data_external && s->cluster_size >= s->file->align;
+	s->fast_fwd = s->cluster_size >= s->data->align;
 	s->fast_write = s->cluster_size >= s->data->align;
 	s->read_only = bs->read_only;
 }
@@ -513,7 +576,9 @@ static int qc_close_co(void *arg)
 		if (!ret)
 			ret = qc_co_flush(s->file);
 	}
-	if (!ret && s->hdr_dirty_set)
+	/* Opened for repair, only a clean check clears a dirty bit found at
+	 * open: the refcounts may still be wrong. */
+	if (!ret && s->hdr_dirty_set && !(s->repair && (s->open_incompat & QC_INCOMPAT_DIRTY)))
 		ret = qc_header_mark_clean(s);
 	qc_co_unlock(s, &s->meta);
 	return ret;
@@ -535,7 +600,9 @@ static void qcow2_close(struct blk_node *bs)
 
 	if (!s)
 		return;
-	if (!s->read_only) {
+	/* A repair that left the image corrupt wrote what it fixed already;
+	 * nothing else may be written. */
+	if (!s->read_only && !(s->repair && s->corrupt)) {
 		ret = qc_run_sync(qc_close_co, s);
 		if (ret)
 			log_err("qcow2: writing metadata at close failed: %s", strerror(-ret));

@@ -74,9 +74,19 @@ struct qcow2_check_result {
 };
 
 /* Check bs (a qcow2 node); with repair flags, fix what can be fixed (the node
- * must be writable). Returns 0 when the check ran (see the counters), -errno
- * when it could not. */
+ * must be writable). When the repair leaves no corruption and no check error
+ * (a repair that changed something is verified by a second pass), the dirty
+ * and corrupt bits are cleared, as qemu-img check -r does. Returns 0 when
+ * the check ran (see the counters), -errno when it could not. */
 int qcow2_check(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r);
+
+/* Accept the open option repair=on in this process (`ioplane img check -r`
+ * only; servers never call this, so they keep refusing to open an image
+ * marked corrupt read-write). With repair=on, a writable open of an image
+ * marked corrupt succeeds - writes stay refused until qcow2_check repairs it
+ * - and a dirty image is left for qcow2_check to repair and report. Main
+ * thread, before the open. */
+void qcow2_allow_repair_open(void);
 
 struct qcow2_snapshot_info {
 	char *id, *name;        /* NUL-terminated */
