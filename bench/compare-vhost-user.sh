@@ -131,12 +131,22 @@ client() {
 
 # run D Q: one measured run; prints "IOPS CPU_US_PER_IO". Deep queues get 8x the
 # requests so that every run lasts long enough to measure.
+# A server that dropped the connection is restarted and the run retried, as in
+# setup_once below (the qemu-storage-daemon 7.2 race described there also hits
+# measured runs now and then).
 run() {
-	local d=$1 q=$2 c0 c1 out iops n=$count
+	local d=$1 q=$2 c0 c1 out iops n=$count try
 	[ "$d" -ge 16 ] && n=$((count * 8))
-	c0=$(cpu_ns "$spid")
-	out=$(client --num-queues "$q" -d "$d" -c "$n" --random -s 4096) ||
-		{ echo "compare-vhost-user: client failed" >&2; exit 1; }
+	for try in 1 2 3; do
+		c0=$(cpu_ns "$spid")
+		if out=$(client --num-queues "$q" -d "$d" -c "$n" --random -s 4096); then
+			break
+		fi
+		[ "$try" = 3 ] && { echo "compare-vhost-user: client failed" >&2; exit 1; }
+		echo "compare-vhost-user: $srv dropped the connection; restarting it" >&2
+		stop
+		start "$srv" "$be" "$maxq"
+	done
 	c1=$(cpu_ns "$spid")
 	iops=$(sed -n 's/^IOPS: \([0-9]*\),.*/\1/p' <<<"$out")
 	echo "$iops $(python3 -c "print(($c1 - $c0) / 1000.0 / $n)")"
@@ -172,7 +182,8 @@ for be in $backends; do
 				: >"$tmp/iops"
 				: >"$tmp/cpu"
 				for ((r = 0; r < reps; r++)); do
-					read -r i c < <(run "$d" "$q")
+					run "$d" "$q" >"$tmp/run.out" # not in a subshell: it may restart
+					read -r i c <"$tmp/run.out"
 					echo "$i" >>"$tmp/iops"
 					echo "$c" >>"$tmp/cpu"
 				done

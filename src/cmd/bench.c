@@ -33,7 +33,7 @@ struct bench_opts {
 	const char *fmt, *aio, *target;
 	enum bench_cache cache;
 	uint8_t pattern;
-	bool write, quiet, drain, random, seeded;
+	bool write, quiet, drain, random, seeded, image_opts;
 };
 
 struct bench_req {
@@ -227,10 +227,13 @@ static void bench_usage(FILE *f)
 		"Usage: ioplane bench [-c count] [-d depth] [-f fmt] [--flush-interval=N]\n"
 		"         [-i io_uring|native|threads] [-n] [--no-drain] [-o offset]\n"
 		"         [--pattern=BYTE] [-q] [-s buffer_size] [-S step_size] [-t cache] [-w]\n"
-		"         [--random [--seed=N]] [--poll-max-ns=NS] TARGET\n"
+		"         [--random [--seed=N]] [--poll-max-ns=NS] [--image-opts] TARGET\n"
 		"\n"
 		"TARGET: a file or block device, or null:size=SIZE[,latency-ns=NS]\n"
 		"        [,read-zeroes=on][,mode=threads]\n"
+		"--image-opts: TARGET is an option list, as serve --image takes it, e.g.\n"
+		"        driver=file,filename=IMG,format=qcow2,data-file=null:size=SIZE\n"
+		"        (qcow2 metadata from IMG, its external data file replaced by null)\n"
 		"Defaults: -c 75000 -d 64 -s 4096 -S buffer_size -o 0 -t writeback -i io_uring\n"
 		"-t: none|writeback|writethrough|directsync|unsafe   -n: same as -i native\n"
 		"--random: uniform random offsets aligned to buffer_size from offset on\n"
@@ -308,6 +311,7 @@ enum {
 	OPT_RANDOM,
 	OPT_SEED,
 	OPT_POLL_MAX_NS,
+	OPT_IMAGE_OPTS,
 };
 
 static const struct option bench_long_opts[] = {
@@ -319,6 +323,7 @@ static const struct option bench_long_opts[] = {
 	{ "random", no_argument, NULL, OPT_RANDOM },
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "poll-max-ns", required_argument, NULL, OPT_POLL_MAX_NS },
+	{ "image-opts", no_argument, NULL, OPT_IMAGE_OPTS },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -350,6 +355,7 @@ static int bench_opt(int c, const char *arg, struct bench_opts *o)
 		o->pattern = (uint8_t)v;
 		return 0;
 	case OPT_RANDOM: o->random = true; return 0;
+	case OPT_IMAGE_OPTS: o->image_opts = true; return 0;
 	case OPT_SEED: o->seeded = true; return bench_num(arg, 0, UINT64_MAX, "seed", &o->seed);
 	case OPT_POLL_MAX_NS:
 		if (bench_num(arg, 0, INT64_MAX, "poll-max-ns", &v))
@@ -382,6 +388,11 @@ static int bench_check(const struct bench_opts *o, int nargs)
 	if (nargs != 1) {
 		fprintf(stderr, "%s: Expecting one image file name (try '%s --help')\n",
 			BENCH_PROG, BENCH_PROG);
+		return -EINVAL;
+	}
+	if (o->image_opts && o->fmt) {
+		fprintf(stderr, "%s: --image-opts and --format are mutually exclusive\n",
+			BENCH_PROG);
 		return -EINVAL;
 	}
 	if (!o->write && o->flush_interval) {
@@ -442,6 +453,41 @@ static int bench_new_loop(const struct bench_opts *o, uint64_t nreqs, struct loo
 	return 0;
 }
 
+/* The value of key, without marking it used (NULL: absent). */
+static const char *bench_peek(const struct kv_opts *kv, const char *key)
+{
+	for (size_t i = 0; i < kv->n; i++)
+		if (!strcmp(kv->v[i].key, key))
+			return kv->v[i].val;
+	return NULL;
+}
+
+/* --image-opts: TARGET is an option list for blk_open(); the options from -t,
+ * -i and -w fill in only what it leaves out (cache and aio not for null). */
+static int bench_open_opts(const char *target, const char *extra, const char *ro,
+			   struct blk_node **out, char *err, size_t errlen)
+{
+	struct kv_opts o = { 0 }, e = { 0 };
+	const char *drv;
+	size_t i;
+	int ret;
+
+	ret = kv_parse(&o, target, NULL);
+	drv = bench_peek(&o, "driver");
+	if (!ret)
+		ret = kv_parse(&e, drv && !strcmp(drv, "null") ? ro : extra, NULL);
+	for (i = 0; !ret && i < e.n; i++)
+		if (!bench_peek(&o, e.v[i].key))
+			ret = kv_set(&o, e.v[i].key, e.v[i].val);
+	if (ret)
+		snprintf(err, errlen, "invalid options");
+	else
+		ret = blk_open(&o, out, err, errlen);
+	kv_free(&o);
+	kv_free(&e);
+	return ret;
+}
+
 static int bench_open(const struct bench_opts *o, struct blk_node **out)
 {
 	static const char *const cache_opt[] = {
@@ -459,7 +505,10 @@ static int bench_open(const struct bench_opts *o, struct blk_node **out)
 	else
 		snprintf(extra, sizeof(extra), "cache=%s,aio=%s,%s", cache_opt[o->cache],
 			 o->aio ? o->aio : "io_uring", ro);
-	ret = blk_open_target(o->target, o->fmt, extra, out, err, sizeof(err));
+	if (o->image_opts)
+		ret = bench_open_opts(o->target, extra, ro, out, err, sizeof(err));
+	else
+		ret = blk_open_target(o->target, o->fmt, extra, out, err, sizeof(err));
 	if (ret < 0)
 		fprintf(stderr, "%s: Could not open '%s': %s\n", BENCH_PROG, o->target,
 			err[0] ? err : strerror(-ret));

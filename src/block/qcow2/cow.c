@@ -12,6 +12,8 @@
  *                                          (FALLOC_FL_ZERO_RANGE: unwritten
  *                                          extents, no data moved), then data
  *   XFS, others, cow-zeroing=buffers       one write: zero buffers + data
+ *   ext4 where ZERO_RANGE fails            buffers (the file driver latches
+ *                                          EOPNOTSUPP)
  *
  * Why: on ext4 ZERO_RANGE costs a metadata update, far less than writing
  * 60 KiB of zeroes per 4 KiB write. On XFS fallocate() waits for all direct
@@ -19,6 +21,23 @@
  * reported 4 KiB first-write workload lost up to 88% of its throughput, so
  * zero buffers, which run in parallel, win there. The file system is taken
  * from statfs() at open; cow-zeroing= overrides it.
+ *
+ * auto does not time anything at open, by choice:
+ * - What sinks write-zeroes on XFS is not its own cost but that it drains
+ *   the direct I/O in flight: a probe would need many requests in flight
+ *   (tens of ms of writes into the image at every open), and a few ms of
+ *   timing on a shared host cannot tell two strategies apart whose cost
+ *   at depth 1 differs by less than the noise.
+ * - Zeroing happens only when a write allocates host space that is not
+ *   fresh (reused after discards, or below the file size at open); images
+ *   that grow never zero. Buffers, the choice for unknown file systems and
+ *   block devices (statfs says devtmpfs), cost bandwidth in proportion to
+ *   the zeroed range and run in parallel: never the XFS collapse.
+ * - Where ZERO_RANGE is missing (ext2/3 files without extents carry ext4's
+ *   magic; tmpfs, ZFS, ...) the file driver learns it from the first
+ *   EOPNOTSUPP and fails later calls without a system call; qc_cow_wz then
+ *   writes buffers. A wrong guess costs one failed fallocate().
+ * So the evidence used is the file system type plus that answer.
  *
  * Best of all is not to zero: every cluster allocated past the file size seen
  * at open, and never used since, reads as zero, so the common case - an image
