@@ -198,6 +198,33 @@ static bool qc_fast_zero(struct qc_state *s, uint64_t off, uint64_t len)
 
 static void qc_fwd_done(struct blk_request *c, int ret);
 
+/* Send req to the data node at host as a child request (f is taken from
+ * the thread's free list by the caller); 0, or -errno with f given back. */
+static int qc_fwd_submit(struct qc_state *s, struct qc_thread *t, struct qc_fwd *f,
+			 struct blk_request *req, uint64_t host, bool read)
+{
+	int ret;
+
+	memset(&f->child, 0, sizeof(f->child));
+	f->parent = req;
+	f->s = s;
+	f->read = read;
+	f->child.op = read ? BLK_OP_READ : BLK_OP_WRITE;
+	f->child.offset = host;
+	f->child.len = req->len;
+	f->child.iov = req->iov;
+	f->child.iovcnt = req->iovcnt;
+	f->child.cb = qc_fwd_done;
+	ret = blk_submit(s->data, &f->child);
+	if (ret) {
+		if (!read)
+			qc_wr_end(s, f->epoch);
+		f->next = t->free;
+		t->free = f;
+	}
+	return ret;
+}
+
 /* A fast read from an external data file: a child request on the data node
  * (the image node's own request cannot be shifted onto another node). */
 static int qc_read_child(struct blk_node *bs, struct qc_state *s, struct blk_request *req,
@@ -205,7 +232,6 @@ static int qc_read_child(struct blk_node *bs, struct qc_state *s, struct blk_req
 {
 	struct qc_thread *t = blk_thread_state(bs, req->loop, qc_thread_new);
 	struct qc_fwd *f;
-	int ret;
 
 	if (!t)
 		return 1;
@@ -214,22 +240,7 @@ static int qc_read_child(struct blk_node *bs, struct qc_state *s, struct blk_req
 		t->free = f->next;
 	else if (!(f = calloc(1, sizeof(*f))))
 		return 1;
-	memset(&f->child, 0, sizeof(f->child));
-	f->parent = req;
-	f->s = s;
-	f->read = true;
-	f->child.op = BLK_OP_READ;
-	f->child.offset = host;
-	f->child.len = req->len;
-	f->child.iov = req->iov;
-	f->child.iovcnt = req->iovcnt;
-	f->child.cb = qc_fwd_done;
-	ret = blk_submit(s->data, &f->child);
-	if (ret) {
-		f->next = t->free;
-		t->free = f;
-	}
-	return ret;
+	return qc_fwd_submit(s, t, f, req, host, true);
 }
 
 static int qc_read_fast(struct blk_node *bs, struct qc_state *s, struct blk_request *req)
@@ -271,7 +282,6 @@ static int qc_write_fast(struct blk_node *bs, struct qc_state *s, struct blk_req
 	struct qc_thread *t = blk_thread_state(bs, req->loop, qc_thread_new);
 	struct qc_fwd *f;
 	uint64_t host;
-	int ret;
 
 	if (!t)
 		return 1;
@@ -289,23 +299,7 @@ static int qc_write_fast(struct blk_node *bs, struct qc_state *s, struct blk_req
 	pthread_mutex_unlock(&s->lock);
 	if (f == t->free)
 		t->free = f->next;
-	memset(&f->child, 0, sizeof(f->child));
-	f->parent = req;
-	f->s = s;
-	f->read = false;
-	f->child.op = BLK_OP_WRITE;
-	f->child.offset = host;
-	f->child.len = req->len;
-	f->child.iov = req->iov;
-	f->child.iovcnt = req->iovcnt;
-	f->child.cb = qc_fwd_done;
-	ret = blk_submit(s->data, &f->child);
-	if (ret) {
-		qc_wr_end(s, f->epoch);
-		f->next = t->free;
-		t->free = f;
-	}
-	return ret;
+	return qc_fwd_submit(s, t, f, req, host, false);
 }
 
 static int qc_submit(struct blk_node *bs, struct blk_request *req)
