@@ -55,9 +55,13 @@ static bool track_overlap(const struct blk_request *a, const struct blk_request 
 
 /* Must req wait for an earlier request? Arrival order makes waits acyclic.
  * Caller holds the track lock. */
-static bool track_conflict(const struct blk_request *req)
+static bool track_conflict(const struct blk_track *t, const struct blk_request *req)
 {
 	const struct blk_request *p;
+
+	/* Only a serialising request conflicts, on either side. */
+	if (!req->serialising && t->nserial == 0)
+		return false;
 
 	for (p = req->track_prev; p; p = p->track_prev)
 		if (track_overlap(p, req))
@@ -84,8 +88,9 @@ static void track_wake(struct loop_msg *m)
 	int ret;
 
 	pthread_mutex_lock(&t->lock);
-	wait = track_conflict(req);
+	wait = track_conflict(t, req);
 	req->waiting = wait;
+	t->nwaiting += wait;
 	pthread_mutex_unlock(&t->lock);
 	if (wait)
 		return;
@@ -122,9 +127,11 @@ static bool track_begin(struct blk_node *bs, struct blk_request *req, uint64_t l
 	else
 		t->head = req;
 	t->tail = req;
-	wait = track_conflict(req);
+	t->nserial += serialising;
+	wait = track_conflict(t, req);
 	req->waiting = wait;
 	t->waits += wait;
+	t->nwaiting += wait;
 	pthread_mutex_unlock(&t->lock);
 	return wait;
 }
@@ -135,12 +142,14 @@ void blk_untrack(struct blk_request *req)
 	struct blk_request *w;
 
 	pthread_mutex_lock(&t->lock);
-	for (w = req->track_next; w; w = w->track_next) {
+	for (w = t->nwaiting ? req->track_next : NULL; w; w = w->track_next) {
 		if (w->waiting && track_overlap(req, w)) {
 			w->waiting = false;
+			t->nwaiting--;
 			loop_send(w->loop, &w->wake);
 		}
 	}
+	t->nserial -= req->serialising;
 	if (req->track_prev)
 		req->track_prev->track_next = req->track_next;
 	else

@@ -26,6 +26,10 @@ struct blk_track {
 	pthread_mutex_t lock;
 	struct blk_request *head, *tail; /* protected by lock */
 	uint64_t waits;			 /* protected by lock: times a request had to wait */
+	/* Protected by lock: serialising requests on the list, and requests
+	 * waiting for an earlier one. While both are zero, a plain write can
+	 * neither conflict nor have anyone to wake: no list walk. */
+	unsigned nserial, nwaiting;
 };
 
 /* block.c */

@@ -256,6 +256,52 @@ static void test_overlap_aligned_first(void **state)
 	blk_close(bs);
 }
 
+/* The overlap list keeps counts of serialising and waiting requests so that
+ * plain writes skip the list walk: after an RMW is done, overlapping aligned
+ * writes go straight to the device together, and an RMW that comes after
+ * them still waits for both. */
+static void test_overlap_counts(void **state)
+{
+	static uint8_t a[100], bb[4096], cc[4096];
+	struct test_req ta, tb, tc, td;
+	struct blk_node *bs;
+	struct ram_dev *d;
+	unsigned done = 0;
+
+	ram_cfg.align = 4096;
+	ram_cfg.hold = true;
+	bs = test_open("driver=ram,ram-size=256K");
+	d = ram_last;
+	memset(a, 0xaa, sizeof(a));
+	memset(bb, 0xbb, sizeof(bb));
+	memset(cc, 0xcc, sizeof(cc));
+	/* An RMW alone, done. */
+	test_req_init(&ta, BLK_OP_WRITE, 100, a, 100, 0, &done);
+	assert_int_equal(test_submit(bs, &ta, &in_submit), 0);
+	ram_pump(d, *state, &done, 1);
+	assert_int_equal(blk_track_waits(bs), 0);
+	/* Two overlapping aligned writes: neither waits for the other. */
+	done = 0;
+	test_req_init(&tb, BLK_OP_WRITE, 0, bb, 4096, 0, &done);
+	test_req_init(&tc, BLK_OP_WRITE, 0, cc, 4096, 0, &done);
+	assert_int_equal(test_submit(bs, &tb, &in_submit), 0);
+	assert_int_equal(test_submit(bs, &tc, &in_submit), 0);
+	assert_int_equal(d->npending, 2);
+	assert_int_equal(blk_track_waits(bs), 0);
+	/* An RMW over them waits until both are done. */
+	test_req_init(&td, BLK_OP_WRITE, 200, a, 50, 0, &done);
+	assert_int_equal(test_submit(bs, &td, &in_submit), 0);
+	assert_int_equal(d->npending, 2);
+	assert_int_equal(blk_track_waits(bs), 1);
+	ram_pump(d, *state, &done, 3);
+	assert_int_equal(td.ret, 0);
+	assert_true(td.order > tb.order && td.order > tc.order);
+	assert_true(all_bytes(d->data + 200, 50, 0xaa));
+	assert_true(all_bytes(d->data + 250, 4096 - 250, d->data[4095]));
+	assert_int_equal(d->misaligned, 0);
+	blk_close(bs);
+}
+
 /* Only mem_align: bounce buffers, no RMW, no tracking; aligned buffers pass. */
 static void test_mem_align(void **state)
 {
@@ -522,6 +568,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rmw_concurrent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_overlap_rmw_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_overlap_aligned_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_overlap_counts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mem_align, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segment_lengths, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_two_threads, setup, teardown),
