@@ -258,6 +258,11 @@ int blk_do_sync(struct blk_node *bs, struct blk_request *req);
 
 /* Aligned buffer allocation (free with free()). */
 void *blk_alloc_buf(struct blk_node *bs, size_t len);
+/* Image creation: on XFS, give the (still empty) file at fd an extent size
+ * hint of `bytes`, so that scattered first writes allocate whole extents
+ * instead of fragmenting the file (qemu-img does the same, 1 MiB by
+ * default). Other file systems: nothing. 0 or -errno. */
+int blk_file_extent_hint(int fd, uint32_t bytes);
 
 /* Request pool: a free list owned by one thread. */
 struct blk_req_pool {

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "block/file.h"
@@ -575,3 +576,22 @@ const struct blk_driver blk_drv_file = {
 	.can_block_status = file_can_block_status,
 	.can_multi_conn = file_can_true, /* fdatasync covers writes from every thread */
 };
+
+#define FILE_XFS_MAGIC 0x58465342
+
+int blk_file_extent_hint(int fd, uint32_t bytes)
+{
+	struct fsxattr fa;
+	struct statfs st;
+
+	if (fstatfs(fd, &st) != 0 || (unsigned long)st.f_type != FILE_XFS_MAGIC)
+		return 0;
+	if (ioctl(fd, FS_IOC_FSGETXATTR, &fa) != 0)
+		return -errno;
+	if (bytes)
+		fa.fsx_xflags |= FS_XFLAG_EXTSIZE;
+	else
+		fa.fsx_xflags &= ~(unsigned)FS_XFLAG_EXTSIZE;
+	fa.fsx_extsize = bytes;
+	return ioctl(fd, FS_IOC_FSSETXATTR, &fa) == 0 ? 0 : -errno;
+}

@@ -114,15 +114,27 @@ static int raw_prealloc(int fd, const char *mode, uint64_t size)
 	return 0;
 }
 
-static int raw_opts(const struct img_create *c, const char **pre)
+static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint)
 {
 	size_t i;
 
 	for (i = 0; c->o && i < c->o->n; i++) {
-		if (!strcmp(c->o->v[i].key, "preallocation")) {
-			*pre = c->o->v[i].val;
-		} else if (strcmp(c->o->v[i].key, "size")) {
-			img_err("Invalid parameter '%s' for format raw", c->o->v[i].key);
+		const char *k = c->o->v[i].key, *v = c->o->v[i].val;
+
+		if (!strcmp(k, "preallocation")) {
+			*pre = v;
+		} else if (!strcmp(k, "extent_size_hint")) {
+			uint64_t h;
+
+			/* As qemu-img: a size, at most 4 GiB - 1 (XFS keeps it in
+			 * 32 bits); 0 sets no hint. */
+			if (parse_size(v, &h) || h > UINT32_MAX) {
+				img_err("Invalid extent_size_hint '%s' (a size below 4 GiB)", v);
+				return -EINVAL;
+			}
+			*hint = (uint32_t)h;
+		} else if (strcmp(k, "size")) {
+			img_err("Invalid parameter '%s' for format raw", k);
 			return -EINVAL;
 		}
 	}
@@ -136,7 +148,8 @@ static int raw_opts(const struct img_create *c, const char **pre)
 static int create_raw(const struct img_create *c)
 {
 	const char *pre = NULL;
-	int fd, ret = raw_opts(c, &pre);
+	uint32_t hint = 1u << 20;
+	int fd, ret = raw_opts(c, &pre, &hint);
 
 	if (ret)
 		return ret;
@@ -148,6 +161,10 @@ static int create_raw(const struct img_create *c)
 		printf("Formatting '%s', fmt=raw size=%" PRIu64 "%s%s\n", c->file, c->size,
 		       pre ? " preallocation=" : "", pre ? pre : "");
 	fd = open(c->file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* The hint must be set while the file has no extents; best effort,
+	 * like qemu-img (a file system that refuses it still gets an image). */
+	if (fd >= 0 && hint)
+		blk_file_extent_hint(fd, hint);
 	if (fd < 0 || ftruncate(fd, (off_t)create_size_round(c->size)) != 0)
 		ret = -errno;
 	if (!ret)

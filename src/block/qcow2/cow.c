@@ -65,11 +65,9 @@
  * belong to the allocating request until it links them). */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/fs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/vfs.h>
 
@@ -80,7 +78,6 @@
 #define QC_EXT4_MAGIC 0xEF53
 #define QC_TMPFS_MAGIC 0x01021994
 #define QC_BTRFS_MAGIC 0x9123683E
-#define QC_EXTENT_HINT (1u << 20)
 
 static enum qc_cow_mode qc_cow_auto(struct qc_state *s)
 {
@@ -132,20 +129,6 @@ int qc_cow_open(struct qc_state *s, const char *mode, char *err, size_t errlen)
 		return -ENOMEM;
 	s->zero_buf = z;
 	return 0;
-}
-
-int qc_set_extent_hint(int fd)
-{
-	struct fsxattr fa;
-	struct statfs st;
-
-	if (fstatfs(fd, &st) != 0 || (unsigned long)st.f_type != QC_XFS_MAGIC)
-		return 0;
-	if (ioctl(fd, FS_IOC_FSGETXATTR, &fa) != 0)
-		return -errno;
-	fa.fsx_xflags |= FS_XFLAG_EXTSIZE;
-	fa.fsx_extsize = QC_EXTENT_HINT;
-	return ioctl(fd, FS_IOC_FSSETXATTR, &fa) == 0 ? 0 : -errno;
 }
 
 /* Does guest range [goff, goff+len) of one cluster read as zero under its

@@ -460,7 +460,6 @@ struct qc_cow {
 };
 int qc_cow_write(struct qc_state *s, const struct qc_cow *c, uint64_t off, uint64_t len,
 		 const struct iovec *iov, int iovcnt, size_t iov_off);
-int qc_set_extent_hint(int fd);
 /* True if writing [off, off+len) into c writes nothing else (no COW). */
 bool qc_cow_data_only(struct qc_state *s, const struct qc_cow *c, uint64_t off, uint64_t len);
 
