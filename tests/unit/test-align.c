@@ -183,6 +183,19 @@ static bool all_bytes(const uint8_t *p, size_t n, uint8_t v)
 	return true;
 }
 
+/* A 256 KiB RAM node with 4096-byte blocks whose device holds every request
+ * until the test pumps it. */
+static struct blk_node *open_held(struct ram_dev **d)
+{
+	struct blk_node *bs;
+
+	ram_cfg.align = 4096;
+	ram_cfg.hold = true;
+	bs = test_open("driver=ram,ram-size=256K");
+	*d = ram_last;
+	return bs;
+}
+
 /* A misaligned write A, then an aligned write B over A's block: B must not
  * reach the device until A's read-modify-write is done. */
 static void test_overlap_rmw_first(void **state)
@@ -193,10 +206,7 @@ static void test_overlap_rmw_first(void **state)
 	struct ram_dev *d;
 	unsigned done = 0;
 
-	ram_cfg.align = 4096;
-	ram_cfg.hold = true;
-	bs = test_open("driver=ram,ram-size=256K");
-	d = ram_last;
+	bs = open_held(&d);
 	memset(a, 0xaa, sizeof(a));
 	memset(bb, 0xbb, sizeof(bb));
 	test_req_init(&ta, BLK_OP_WRITE, 100, a, 100, 0, &done);
@@ -232,10 +242,7 @@ static void test_overlap_aligned_first(void **state)
 	struct ram_dev *d;
 	unsigned done = 0;
 
-	ram_cfg.align = 4096;
-	ram_cfg.hold = true;
-	bs = test_open("driver=ram,ram-size=256K");
-	d = ram_last;
+	bs = open_held(&d);
 	memset(a, 0xaa, sizeof(a));
 	memset(bb, 0xbb, sizeof(bb));
 	test_req_init(&tb, BLK_OP_WRITE, 0, bb, 4096, 0, &done);
@@ -268,10 +275,7 @@ static void test_overlap_counts(void **state)
 	struct ram_dev *d;
 	unsigned done = 0;
 
-	ram_cfg.align = 4096;
-	ram_cfg.hold = true;
-	bs = test_open("driver=ram,ram-size=256K");
-	d = ram_last;
+	bs = open_held(&d);
 	memset(a, 0xaa, sizeof(a));
 	memset(bb, 0xbb, sizeof(bb));
 	memset(cc, 0xcc, sizeof(cc));
