@@ -1,6 +1,7 @@
 /* `file` engine native (linux-aio). One io_context per loop. Requests are
- * queued during the round and sent with ONE io_submit from the loop's flush
- * hook; what does not fit in the context (FILE_AIO_DEPTH in flight) or what
+ * queued during the round and sent from the loop's flush hook, in io_submit
+ * calls of at most aio-max-batch requests (FILE_AIO_MAX_BATCH_NATIVE by
+ * default, see file.h for why not one call for all); what does not fit in the context (FILE_AIO_DEPTH in flight) or what
  * the kernel refuses with -EAGAIN stays queued and goes when completions free
  * room. Completions are reaped from the AIO ring in user space, by a poll
  * handler while the loop busy-polls and by an eventfd handler when it slept.
@@ -122,16 +123,20 @@ static void file_aio_finish(struct file_aio_thread *th, struct file_aio_req *a, 
 	blk_complete(file_req_of(a), ret);
 }
 
-/* One io_submit for everything queued that fits. Runs from the flush hook or
+/* One io_submit for what is queued, up to the batch limit and the room in
+ * the context. Runs from the flush hook or
  * after reaping, never inside a submit call, so failing a request here
  * completes it directly. Returns false when the kernel wants us to back off. */
 static bool file_aio_submit_once(struct file_aio_thread *th)
 {
 	struct iocb *batch[FILE_AIO_DEPTH];
 	struct file_aio_req *a;
+	unsigned max = file_state(th->t.bs)->max_batch;
 	int n = 0, ret;
 
-	for (a = th->head; a && th->in_kernel + (unsigned)n < FILE_AIO_DEPTH; a = a->next)
+	if (max == 0 || max > FILE_AIO_DEPTH - th->in_kernel)
+		max = FILE_AIO_DEPTH - th->in_kernel;
+	for (a = th->head; a && (unsigned)n < max; a = a->next)
 		batch[n++] = &a->iocb;
 	if (n == 0)
 		return false;

@@ -1,6 +1,7 @@
 /* `file` engine io_uring: reads, writes and flushes go to the loop's own ring
  * (no ring per node). SQEs prepared during a round are submitted by the loop
- * in the one io_uring_enter that ends the round; completions arrive as
+ * in the one io_uring_enter that ends the round, or every aio-max-batch SQEs
+ * when that is set; completions arrive as
  * loop_uring_op callbacks. Continuations (short transfers, -EAGAIN, requests
  * with more than IOV_MAX elements) are prepared from the completion callback.
  *
@@ -20,6 +21,7 @@ struct file_uring_thread {
 	struct file_thread t;
 	struct loop_flush flush; /* end of round: close the batch count */
 	uint64_t batch;		 /* SQEs prepared in this round */
+	unsigned max_batch;	 /* file_state's aio-max-batch; 0: the round */
 };
 
 struct file_uring_req {
@@ -58,18 +60,25 @@ int file_uring_check(char *err, size_t errlen)
 	return ret;
 }
 
-static void file_uring_flush_cb(struct loop_flush *f)
+/* Account for the batch that is being submitted. */
+static void file_uring_close_batch(struct file_uring_thread *th)
 {
-	struct file_uring_thread *th =
-		(struct file_uring_thread *)((char *)f - offsetof(struct file_uring_thread, flush));
 	struct file_engine_stats *st = &th->t.stats;
 
+	if (th->batch == 0)
+		return;
 	st->submit_calls++;
 	st->submitted += th->batch;
 	st->last_batch = th->batch;
 	if (th->batch > st->max_batch)
 		st->max_batch = th->batch;
 	th->batch = 0;
+}
+
+static void file_uring_flush_cb(struct loop_flush *f)
+{
+	file_uring_close_batch(
+		(struct file_uring_thread *)((char *)f - offsetof(struct file_uring_thread, flush)));
 }
 
 static void *file_uring_ctor(struct blk_node *bs, struct loop *loop)
@@ -81,6 +90,7 @@ static void *file_uring_ctor(struct blk_node *bs, struct loop *loop)
 	th->t.loop = loop;
 	th->t.bs = bs;
 	th->flush.cb = file_uring_flush_cb;
+	th->max_batch = file_state(bs)->max_batch;
 	return th;
 }
 
@@ -127,6 +137,10 @@ static int file_uring_queue(struct file_uring_req *u, struct blk_request *req)
 	io_uring_sqe_set_data(sqe, &u->op);
 	if (th->batch++ == 0)
 		loop_request_flush(th->t.loop, &th->flush);
+	if (th->batch == th->max_batch) {
+		file_uring_close_batch(th);
+		loop_uring_submit(th->t.loop);
+	}
 	return 0;
 }
 

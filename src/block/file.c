@@ -278,11 +278,13 @@ struct file_opts {
 	const char *filename;
 	bool direct;
 	enum file_aio aio;
+	unsigned max_batch;
 };
 
 static int file_parse_opts(struct kv_opts *opts, struct file_opts *fo, char *err, size_t errlen)
 {
 	const char *cache, *aio;
+	uint64_t max_batch = 0;
 
 	fo->filename = kv_get(opts, "filename");
 	cache = kv_get(opts, "cache");
@@ -310,6 +312,15 @@ static int file_parse_opts(struct kv_opts *opts, struct file_opts *fo, char *err
 			 aio);
 		return -EINVAL;
 	}
+	/* As QEMU's aio-max-batch: 0 picks the engine's default. */
+	if (kv_get_u64(opts, "aio-max-batch", &max_batch) < 0 || max_batch > FILE_AIO_DEPTH) {
+		snprintf(err, errlen, "file: aio-max-batch must be a number from 0 to %d, not '%s'",
+			 FILE_AIO_DEPTH, kv_get(opts, "aio-max-batch"));
+		return -EINVAL;
+	}
+	if (max_batch == 0 && fo->aio == FILE_AIO_NATIVE)
+		max_batch = FILE_AIO_MAX_BATCH_NATIVE;
+	fo->max_batch = (unsigned)max_batch;
 	return 0;
 }
 
@@ -436,6 +447,7 @@ static int file_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_
 	}
 	s->direct = fo.direct;
 	s->aio = fo.aio;
+	s->max_batch = fo.max_batch;
 	s->zero_range_ok = s->punch_ok = true;
 	ret = file_do_open(s, &fo, bs->read_only, err, errlen);
 	if (ret)

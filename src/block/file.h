@@ -28,6 +28,8 @@ struct file_state {
 	bool is_blk; /* block device (else regular file) */
 	bool direct; /* cache=none: O_DIRECT */
 	enum file_aio aio;
+	/* Requests per system call at most (aio-max-batch); 0: a whole round. */
+	unsigned max_batch;
 	/* Cleared (by any worker, relaxed atomics) once FALLOC_FL_ZERO_RANGE
 	 * reports EOPNOTSUPP, so later write-zeroes skip straight to the
 	 * fallback. A stale read only costs one failed fallocate. */
@@ -112,6 +114,14 @@ int file_uring_submit(struct blk_node *bs, struct blk_request *req);
 void file_uring_detach(struct blk_node *bs, struct file_thread *t);
 
 #define FILE_AIO_DEPTH 128 /* native: requests in the kernel per loop and node */
+/* Default aio-max-batch of the native engine. On a virtio disk, 4 KiB random
+ * reads at depth 64 gave 5-6% more IOPS with io_submit calls of 4 than of 16
+ * (median of 12 alternating pairs, 11 won): requests reach the device while
+ * the rest of the batch is still being prepared. 2 and 8 were both slower
+ * than 4. The io_uring engine keeps a whole round per io_uring_enter by
+ * default: there the gain was 2% and it costs a system call per 4 requests
+ * on every path, page-cache reads included. */
+#define FILE_AIO_MAX_BATCH_NATIVE 4
 int file_aio_check(char *err, size_t errlen);
 int file_aio_submit(struct blk_node *bs, struct blk_request *req);
 void file_aio_detach(struct blk_node *bs, struct file_thread *t);

@@ -573,6 +573,12 @@ struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
 	return sqe;
 }
 
+void loop_uring_submit(struct loop *loop)
+{
+	if (loop->have_ring && io_uring_sq_ready(&loop->ring))
+		loop_ring_submit(loop);
+}
+
 /* Dispatch the CQEs that are ready, without a system call: at most
  * LOOP_REAP_BUDGET of them, so that a round stays short. The work their
  * callbacks queue (new I/O to replace finished I/O) reaches the kernel at the

@@ -155,6 +155,9 @@ struct io_uring *loop_uring(struct loop *loop);
 /* A free SQE (submitting queued ones first if the SQ is full); NULL only if
  * io_uring is unavailable. The loop submits queued SQEs at the end of the round. */
 struct io_uring_sqe *loop_uring_sqe(struct loop *loop);
+/* Submit the queued SQEs now instead of at the end of the round, without
+ * waiting (an engine's batch limit). */
+void loop_uring_submit(struct loop *loop);
 
 uint64_t loop_now_ns(void); /* CLOCK_MONOTONIC */
 

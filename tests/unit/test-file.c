@@ -243,9 +243,14 @@ static int teardown(void **state)
 }
 
 /* driver=file opens a raw format node on top: the file node is below it. */
+static struct blk_node *proto_of(struct blk_node *bs)
+{
+	return bs->next ? bs->next : bs;
+}
+
 static struct blk_node *proto(struct fix *f)
 {
-	return f->bs->next ? f->bs->next : f->bs;
+	return proto_of(f->bs);
 }
 
 static bool has_engine_stats(struct fix *f)
@@ -564,36 +569,83 @@ static void test_many_in_flight(void **state)
 	free(chk);
 }
 
-/* 32 reads queued in one round reach the kernel in one submit call. */
-static void test_batch(void **state)
+/* 32 reads queued in one round on node BS; returns the engine's statistics
+ * before (*st0) and after. */
+static struct file_engine_stats read_32(struct fix *f, struct blk_node *bs,
+					struct file_engine_stats *st0)
 {
-	struct fix *f = *state;
 	struct treq t[32];
-	uint8_t *buf = blk_alloc_buf(f->bs, 32 * 4096);
-	struct file_engine_stats st0, st1;
+	uint8_t *buf = blk_alloc_buf(bs, 32 * 4096);
+	struct file_engine_stats st1 = {0};
 	unsigned pending = 0;
 
 	assert_non_null(buf);
 	/* Make sure the per-loop engine state exists before measuring. */
-	assert_int_equal(io(f->bs, BLK_OP_READ, 0, buf, 4096, 0), 0);
-	st0 = engine_stats(f);
+	assert_int_equal(io(bs, BLK_OP_READ, 0, buf, 4096, 0), 0);
+	if (has_engine_stats(f))
+		assert_int_equal(file_get_engine_stats(proto_of(bs), g_loop, st0), 0);
 	for (unsigned i = 0; i < 32; i++) {
 		treq_init(&t[i], BLK_OP_READ, (uint64_t)i * 65536, 4096, buf + i * 4096, 0,
 			  &pending);
 		pending++;
-		assert_int_equal(blk_submit(f->bs, &t[i].req), 0);
+		assert_int_equal(blk_submit(bs, &t[i].req), 0);
 		assert_int_equal(t[i].calls, 0); /* never completed inside submit */
 	}
 	run_until(&pending);
-	for (unsigned i = 0; i < 32; i++)
+	for (unsigned i = 0; i < 32; i++) {
 		assert_int_equal(t[i].calls, 1);
+		assert_int_equal(t[i].ret, 0);
+	}
+	if (has_engine_stats(f))
+		assert_int_equal(file_get_engine_stats(proto_of(bs), g_loop, &st1), 0);
+	free(buf);
+	return st1;
+}
+
+/* 32 reads queued in one round reach the kernel together: in one submit call
+ * with io_uring, in calls of FILE_AIO_MAX_BATCH_NATIVE with native. */
+static void test_batch(void **state)
+{
+	struct fix *f = *state;
+	struct file_engine_stats st0 = {0}, st1 = read_32(f, f->bs, &st0);
+	bool native = !strcmp(f->cfg->aio, "native");
+	unsigned per_call = native ? FILE_AIO_MAX_BATCH_NATIVE : 32;
+
 	if (has_engine_stats(f)) {
-		st1 = engine_stats(f);
-		assert_int_equal(st1.submit_calls - st0.submit_calls, 1);
-		assert_int_equal(st1.last_batch, 32);
+		assert_int_equal(st1.submit_calls - st0.submit_calls, 32 / per_call);
+		assert_int_equal(st1.last_batch, per_call);
+		assert_int_equal(st1.max_batch, per_call);
 		assert_int_equal(st1.submitted - st0.submitted, 32);
 	}
-	free(buf);
+}
+
+/* aio-max-batch=5: 32 reads go in calls of 5, 5, 5, 5, 5, 5, 2; =0 is the
+ * engine's default. */
+static void test_max_batch(void **state)
+{
+	struct fix *f = *state;
+	struct file_engine_stats st0 = {0}, st1;
+	struct blk_node *bs = NULL;
+	char err[256] = "";
+
+	if (open_node(f, "aio-max-batch=5", &bs, err, sizeof(err)) != 0)
+		fail_msg("open with aio-max-batch=5: %s", err);
+	st1 = read_32(f, bs, &st0);
+	if (has_engine_stats(f)) {
+		assert_int_equal(st1.submit_calls - st0.submit_calls, 7);
+		assert_int_equal(st1.last_batch, 2);
+		assert_int_equal(st1.max_batch, 5);
+		assert_int_equal(st1.submitted - st0.submitted, 32);
+	}
+	blk_close(bs);
+	bs = NULL;
+	if (open_node(f, "aio-max-batch=0", &bs, err, sizeof(err)) != 0)
+		fail_msg("open with aio-max-batch=0: %s", err);
+	st1 = read_32(f, bs, &st0);
+	if (has_engine_stats(f))
+		assert_int_equal(st1.max_batch,
+				 strcmp(f->cfg->aio, "native") ? 32 : FILE_AIO_MAX_BATCH_NATIVE);
+	blk_close(bs);
 }
 
 /* detach_loop drops the per-loop state; the next request rebuilds it. */
@@ -710,6 +762,17 @@ static void test_options(void **state)
 	snprintf(s, sizeof(s), "driver=file,filename=%s,aio=bogus", path);
 	assert_int_equal(open_opts(s, &bs, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "aio"));
+	snprintf(s, sizeof(s), "driver=file,filename=%s,aio-max-batch=many", path);
+	assert_int_equal(open_opts(s, &bs, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "aio-max-batch"));
+	snprintf(s, sizeof(s), "driver=file,filename=%s,aio=native,aio-max-batch=%d", path,
+		 FILE_AIO_DEPTH + 1);
+	assert_int_equal(open_opts(s, &bs, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "aio-max-batch"));
+	snprintf(s, sizeof(s), "driver=file,filename=%s,aio=native,aio-max-batch=%d", path,
+		 FILE_AIO_DEPTH);
+	assert_int_equal(open_opts(s, &bs, err, sizeof(err)), 0);
+	blk_close(bs);
 	assert_int_equal(
 		open_opts("driver=file,filename=/var/tmp/ioplane-no/such", &bs, err, sizeof(err)),
 		-ENOENT);
@@ -739,7 +802,8 @@ static const struct cfg cfgs[] = {
 #define CFG_TESTS(i)                                                                               \
 	T(test_probe, i), T(test_rw, i), T(test_discard, i), T(test_write_zeroes, i),              \
 		T(test_block_status, i), T(test_iov_max, i), T(test_short_read_eof, i),            \
-		T(test_grow, i), T(test_many_in_flight, i), T(test_batch, i), T(test_detach, i)
+		T(test_grow, i), T(test_many_in_flight, i), T(test_batch, i), T(test_max_batch, i),        \
+		T(test_detach, i)
 
 static int group_setup(void **state)
 {

@@ -43,6 +43,7 @@ static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *p
 {
 	struct kv_opts o = { 0 };
 	const char *cache = kv_get(opts, "cache"), *aio = kv_get(opts, "aio");
+	const char *max_batch = kv_get(opts, "aio-max-batch");
 	char *full = relative ? qc_path_relative(s->image_path, path) : strdup(path);
 	int ret;
 
@@ -59,6 +60,8 @@ static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *p
 		ret = kv_set(&o, "cache", cache);
 	if (!ret && aio)
 		ret = kv_set(&o, "aio", aio);
+	if (!ret && max_batch)
+		ret = kv_set(&o, "aio-max-batch", max_batch);
 	if (!ret) {
 		qc_chain_depth++;
 		ret = blk_open(&o, out, err, errlen);
