@@ -27,7 +27,7 @@
 #define SOCK_TAG ((void *)1)
 
 struct vb_opts {
-	uint64_t count, depth, bufsize, step, offset, seed, reconnect_after, nq;
+	uint64_t count, depth, bufsize, step, offset, seed, reconnect_after, nq, poll_ns;
 	const char *path;
 	uint8_t pattern;
 	bool write, quiet, random, verify, setup_only, reconnect, unsafe;
@@ -139,19 +139,54 @@ static void vb_complete(struct vb *b, struct vhc_queue *q, unsigned s)
 		vb_submit(b, q, s);
 }
 
-static int vb_reap(struct vb *b, struct vhc_queue *q)
+/* Complete what the used ring holds and publish the requests that replace
+ * it. arm: when the ring is empty, ask for a call at the next used entry
+ * (about to sleep); a polling client does not, so the back-end need not
+ * signal it. */
+static int vb_reap_ring(struct vb *b, struct vhc_queue *q, bool arm)
 {
-	uint64_t v;
 	int s;
 
-	if (read(q->call_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-		return -errno;
-	while ((s = vhc_next_used(q, vhc_event_idx(&b->c))) >= 0)
+	while ((s = vhc_next_used(q, arm && vhc_event_idx(&b->c))) >= 0)
 		vb_complete(b, q, (unsigned)s);
 	if (s == -2)
 		return -EPROTO;
 	vhc_publish(q, vhc_event_idx(&b->c));
 	return 0;
+}
+
+static int vb_reap(struct vb *b, struct vhc_queue *q)
+{
+	uint64_t v;
+
+	if (read(q->call_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		return -errno;
+	return vb_reap_ring(b, q, true);
+}
+
+/* --poll-max-ns: watch the used rings for up to that long before sleeping,
+ * as a guest with polled virtio-blk queues does. Returns 1 when something
+ * completed, 0 when the time ran out, or -errno. */
+static int vb_poll(struct vb *b)
+{
+	uint64_t deadline = clock_mono_ns() + b->o.poll_ns;
+	bool found;
+	int ret;
+
+	do {
+		found = false;
+		for (unsigned i = 0; i < b->c.nq; i++) {
+			struct vhc_queue *q = &b->c.q[i];
+
+			if (__atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) == q->last_used)
+				continue;
+			ret = vb_reap_ring(b, q, false);
+			if (ret)
+				return ret;
+			found = true;
+		}
+	} while (!found && b->in_flight && clock_mono_ns() < deadline);
+	return found;
 }
 
 /* ---- connection and waiting ------------------------------------------------------- */
@@ -197,6 +232,18 @@ static int vb_wait(struct vb *b)
 	int i, n, ret = 0;
 
 	while (b->in_flight && !ret) {
+		if (b->o.poll_ns && !b->ready_phase) {
+			ret = vb_poll(b);
+			if (ret) {
+				ret = ret < 0 ? ret : 0;
+				continue;
+			}
+			/* Nothing came: arm every queue's call before sleeping. */
+			for (i = 0; i < (int)b->c.nq && !ret; i++)
+				ret = vb_reap_ring(b, &b->c.q[i], true);
+			if (ret || !b->in_flight)
+				continue;
+		}
 		n = epoll_wait(b->epfd, ev, 64, WAIT_MS);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -258,7 +305,7 @@ enum {
 	OPT_SETUP_ONLY,
 	OPT_RECONNECT,
 	OPT_RECONNECT_AFTER,
-	OPT_IGNORED,
+	OPT_POLL,
 };
 
 static const struct option vb_long_opts[] = {
@@ -272,7 +319,7 @@ static const struct option vb_long_opts[] = {
 	{"setup-only", no_argument, NULL, OPT_SETUP_ONLY},
 	{"reconnect", no_argument, NULL, OPT_RECONNECT},
 	{"reconnect-after", required_argument, NULL, OPT_RECONNECT_AFTER},
-	{"poll-max-ns", required_argument, NULL, OPT_IGNORED},
+	{"poll-max-ns", required_argument, NULL, OPT_POLL},
 	{"force-share", no_argument, NULL, 'U'},
 	{NULL, 0, NULL, 0},
 };
@@ -282,13 +329,14 @@ static void vb_usage(void)
 	printf("Usage: ioplane bench --vhost-user SOCKET [--num-queues N] [-c count]\n"
 	       "         [-d depth] [-s buffer_size] [-S step_size] [-o offset] [-w] [-q]\n"
 	       "         [--pattern=BYTE] [--random [--seed=N]] [--verify] [--setup-only]\n"
-	       "         [--reconnect] [--reconnect-after=N]\n"
+	       "         [--reconnect] [--reconnect-after=N] [--poll-max-ns=NS]\n"
 	       "Drives a vhost-user-blk back-end (ioplane serve --vhost-user-blk,\n"
 	       "qemu-storage-daemon) as a guest would; depth is spread over the queues.\n"
 	       "--verify: writes carry offset-derived data that reads check\n"
 	       "--setup-only: connect, bring every queue up, report the time, quit\n"
 	       "--reconnect: ride out a back-end restart (inflight area)\n"
-	       "--reconnect-after=N: drop the connection after N requests, reconnect\n");
+	       "--reconnect-after=N: drop the connection after N requests, reconnect\n"
+	       "--poll-max-ns=NS: watch the used rings up to NS before sleeping (default 0)\n");
 }
 
 static int vb_num(const char *arg, uint64_t min, uint64_t max, const char *what, uint64_t *out)
@@ -325,7 +373,7 @@ static int vb_opt(int c, const char *arg, struct vb_opts *o)
 	case 'w': o->write = true; return 0;
 	case 'q': o->quiet = true; return 0;
 	case 't': o->unsafe = !strcmp(arg, "unsafe"); return 0;
-	case 'f': case 'i': case 'n': case 'U': case OPT_IGNORED: return 0;
+	case 'f': case 'i': case 'n': case 'U': return 0;
 	case 'h': vb_usage(); return 1;
 	case OPT_VHOST: o->path = arg; return 0;
 	case OPT_NQ: return vb_num(arg, 1, VU_MAX_QUEUES, "number of queues", &o->nq);
@@ -341,6 +389,7 @@ static int vb_opt(int c, const char *arg, struct vb_opts *o)
 	case OPT_RECONNECT: o->reconnect = true; return 0;
 	case OPT_RECONNECT_AFTER:
 		return vb_num(arg, 1, UINT64_MAX, "reconnect count", &o->reconnect_after);
+	case OPT_POLL: return vb_num(arg, 0, 1000000000, "poll-max-ns", &o->poll_ns);
 	default: /* getopt said what was wrong */
 		fprintf(stderr, "Try '%s --help' for more information\n", PROG);
 		return -EINVAL;
