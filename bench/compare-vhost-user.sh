@@ -13,8 +13,18 @@
 #
 #   bench/compare-vhost-user.sh [--count N] [--reps N] [--backends "null file"]
 #        [--depths "1 64"] [--queues "1 2"] [--setup-queues "1 16 64 256"]
+#        [--guests "irq poll"] [--guest-poll-ns NS]
 #        [--iothreads N] [--strace-count N] [--file PATH] [--quick] [--strict]
 #        [--ioplane-args "SERVE OPTIONS"]
+#
+# Every row runs with two kinds of guest, the same for both servers:
+#   irq   sleeps until the back-end signals the call eventfd, as a guest driver that
+#         waits for interrupts (the client's default);
+#   poll  watches its used rings for up to --guest-poll-ns (default 200000) before it
+#         sleeps (client --poll-max-ns), as a guest with polled virtio-blk queues or a
+#         polling user-space initiator. While it polls it asks for no calls.
+# With an irq guest a polling server spends the guest's wake-up time spinning, and
+# that counts as its CPU; a poll guest shows the server's own cost per request.
 #
 # --ioplane-args adds options to ioplane's serve command line, e.g. "--poll-max-ns 0"
 # to see what adaptive polling costs and brings (qsd does not poll virtqueues).
@@ -34,6 +44,8 @@ backends="null file"
 depths="1 64"
 queues="1 2"
 setup_queues="1 16 64 256"
+guests="irq poll"
+guest_poll_ns=200000
 iothreads=1
 strace_count=50000
 file=
@@ -53,6 +65,8 @@ while [ $# -gt 0 ]; do
 	--depths) depths=${2:?}; shift ;;
 	--queues) queues=${2:?}; shift ;;
 	--setup-queues) setup_queues=${2:?}; shift ;;
+	--guests) guests=${2:?}; shift ;;
+	--guest-poll-ns) guest_poll_ns=${2:?}; shift ;;
 	--iothreads) iothreads=${2:?}; shift ;;
 	--strace-count) strace_count=${2:?}; shift ;;
 	--file) file=${2:?}; shift ;;
@@ -129,17 +143,29 @@ client() {
 	return 1
 }
 
-# run D Q: one measured run; prints "IOPS CPU_US_PER_IO". Deep queues get 8x the
+# guest_args G: the client options for guest kind G.
+guest_args() {
+	case $1 in
+	irq) echo "--poll-max-ns 0" ;;
+	poll) echo "--poll-max-ns $guest_poll_ns" ;;
+	*) echo "compare-vhost-user: unknown guest kind '$1' (irq, poll)" >&2; exit 2 ;;
+	esac
+}
+
+for g in $guests; do guest_args "$g" >/dev/null || exit 2; done
+
+# run D Q G: one measured run; prints "IOPS CPU_US_PER_IO". Deep queues get 8x the
 # requests so that every run lasts long enough to measure.
 # A server that dropped the connection is restarted and the run retried, as in
 # setup_once below (the qemu-storage-daemon 7.2 race described there also hits
 # measured runs now and then).
 run() {
-	local d=$1 q=$2 c0 c1 out iops n=$count try
+	local d=$1 q=$2 g=$3 c0 c1 out iops n=$count try
 	[ "$d" -ge 16 ] && n=$((count * 8))
 	for try in 1 2 3; do
 		c0=$(cpu_ns "$spid")
-		if out=$(client --num-queues "$q" -d "$d" -c "$n" --random -s 4096); then
+		# shellcheck disable=SC2046 # guest_args is a word list
+		if out=$(client --num-queues "$q" -d "$d" -c "$n" --random -s 4096 $(guest_args "$g")); then
 			break
 		fi
 		[ "$try" = 3 ] && { echo "compare-vhost-user: client failed" >&2; exit 1; }
@@ -152,13 +178,15 @@ run() {
 	echo "$iops $(python3 -c "print(($c1 - $c0) / 1000.0 / $n)")"
 }
 
-# syscalls D Q: server system calls per request under strace -c.
+# syscalls D Q G: server system calls per request under strace -c.
 syscalls() {
-	local d=$1 q=$2 st calls
+	local d=$1 q=$2 g=$3 st calls
 	strace -c -f -p "$spid" -o "$tmp/strace.out" 2>/dev/null &
 	st=$!
 	sleep 1
-	client --num-queues "$q" -d "$d" -c "$strace_count" --random -s 4096 -q >/dev/null
+	# shellcheck disable=SC2046
+	client --num-queues "$q" -d "$d" -c "$strace_count" --random -s 4096 -q \
+		$(guest_args "$g") >/dev/null
 	kill -INT "$st"
 	wait "$st" 2>/dev/null || true
 	calls=$(awk '$NF == "total" {print ($4 ~ /^[0-9]+$/) ? $4 : $3}' "$tmp/strace.out")
@@ -179,19 +207,22 @@ for be in $backends; do
 			for srv in ioplane qsd; do
 				start "$srv" "$be" "$maxq"
 				client --num-queues "$q" -d "$d" -c 5000 --random -q # warm-up
-				: >"$tmp/iops"
-				: >"$tmp/cpu"
-				for ((r = 0; r < reps; r++)); do
-					run "$d" "$q" >"$tmp/run.out" # not in a subshell: it may restart
-					read -r i c <"$tmp/run.out"
-					echo "$i" >>"$tmp/iops"
-					echo "$c" >>"$tmp/cpu"
+				for g in $guests; do
+					: >"$tmp/iops"
+					: >"$tmp/cpu"
+					for ((r = 0; r < reps; r++)); do
+						# not in a subshell: it may restart the server
+						run "$d" "$q" "$g" >"$tmp/run.out"
+						read -r i c <"$tmp/run.out"
+						echo "$i" >>"$tmp/iops"
+						echo "$c" >>"$tmp/cpu"
+					done
+					IOPS[$srv,$be,$d,$q,$g]=$(median <"$tmp/iops")
+					CPU[$srv,$be,$d,$q,$g]=$(median <"$tmp/cpu")
+					if [ "$d" -ge 64 ]; then
+						SYS[$srv,$be,$d,$q,$g]=$(syscalls "$d" "$q" "$g")
+					fi
 				done
-				IOPS[$srv,$be,$d,$q]=$(median <"$tmp/iops")
-				CPU[$srv,$be,$d,$q]=$(median <"$tmp/cpu")
-				if [ "$d" -ge 64 ]; then
-					SYS[$srv,$be,$d,$q]=$(syscalls "$d" "$q")
-				fi
 				stop
 			done
 		done
@@ -244,20 +275,22 @@ check() { # VALUE OP LIMIT
 
 echo
 echo "4 KiB random reads, $count requests per run, median of $reps; ioplane --iothreads $iothreads"
-printf '%-5s %5s %3s | %10s %10s %6s | %9s %9s %6s | %8s %8s\n' backend depth q \
+printf '%-5s %5s %3s %5s | %10s %10s %6s | %9s %9s %6s | %8s %8s\n' backend depth q guest \
 	"ioplane" "qsd" "IOPS x" "ioplane" "qsd" "CPU x" "sys/IO" "qsd"
-printf '%-5s %5s %3s | %10s %10s %6s | %9s %9s %6s | %8s %8s\n' "" "" "" IOPS IOPS "" \
+printf '%-5s %5s %3s %5s | %10s %10s %6s | %9s %9s %6s | %8s %8s\n' "" "" "" "" IOPS IOPS "" \
 	"us CPU/IO" "us CPU/IO" "" ioplane ""
 for be in $backends; do
 	for d in $depths; do
 		for q in $queues; do
-			k=$be,$d,$q
-			printf '%-5s %5s %3s | %10s %10s %6s | %9.3f %9.3f %6s | %8s %8s\n' "$be" "$d" "$q" \
-				"${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}" \
-				"$(ratio "${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}")" \
-				"${CPU[ioplane,$k]}" "${CPU[qsd,$k]}" \
-				"$(ratio "${CPU[ioplane,$k]}" "${CPU[qsd,$k]}")" \
-				"${SYS[ioplane,$k]:--}" "${SYS[qsd,$k]:--}"
+			for g in $guests; do
+				k=$be,$d,$q,$g
+				printf '%-5s %5s %3s %5s | %10s %10s %6s | %9.3f %9.3f %6s | %8s %8s\n' "$be" "$d" "$q" "$g" \
+					"${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}" \
+					"$(ratio "${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}")" \
+					"${CPU[ioplane,$k]}" "${CPU[qsd,$k]}" \
+					"$(ratio "${CPU[ioplane,$k]}" "${CPU[qsd,$k]}")" \
+					"${SYS[ioplane,$k]:--}" "${SYS[qsd,$k]:--}"
+			done
 		done
 	done
 done
@@ -273,15 +306,17 @@ echo "targets:"
 for be in $backends; do
 	for d in $depths; do
 		for q in $queues; do
-			k=$be,$d,$q
-			r=$(ratio "${CPU[ioplane,$k]}" "${CPU[qsd,$k]}")
-			echo "  CPU/IO ioplane/qsd <= 0.5   $be d$d q$q: $r $(check "$r" '<=' 0.5)"
-			if [ "$d" -ge 64 ]; then
-				r=$(ratio "${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}")
-				echo "  IOPS ioplane/qsd >= 1.5     $be d$d q$q: $r $(check "$r" '>=' 1.5)"
-				s=${SYS[ioplane,$k]}
-				echo "  syscalls/IO <= 0.2          $be d$d q$q: $s $(check "$s" '<=' 0.2)"
-			fi
+			for g in $guests; do
+				k=$be,$d,$q,$g
+				r=$(ratio "${CPU[ioplane,$k]}" "${CPU[qsd,$k]}")
+				echo "  CPU/IO ioplane/qsd <= 0.5   $be d$d q$q $g: $r $(check "$r" '<=' 0.5)"
+				if [ "$d" -ge 64 ]; then
+					r=$(ratio "${IOPS[ioplane,$k]}" "${IOPS[qsd,$k]}")
+					echo "  IOPS ioplane/qsd >= 1.5     $be d$d q$q $g: $r $(check "$r" '>=' 1.5)"
+					s=${SYS[ioplane,$k]}
+					echo "  syscalls/IO <= 0.2          $be d$d q$q $g: $s $(check "$s" '<=' 0.2)"
+				fi
+			done
 		done
 	done
 done
