@@ -545,6 +545,8 @@ static int check_run(const struct check_args *a, struct blk_node *bs)
 	}
 	ret = check_do(a, bs, &r);
 	if (ret) {
+		if (r.first_error[0])
+			img_err("ERROR %s", r.first_error);
 		img_err("Check failed: %s", strerror(-ret));
 		return 1;
 	}

@@ -274,6 +274,41 @@ static int ck_compare(struct ck *k)
 	return 0;
 }
 
+/* A referenced cluster with refcount 0, or that no refcount block covers:
+ * QEMU repairs that only by rebuilding the refcount structures, which only
+ * -r all does; with -r leaks its check fails (exit 1) before it changes
+ * anything, and so does ours, although ck_compare could fix such a cluster
+ * in place. */
+static int ck_needs_rebuild(struct ck *k, bool *rebuild)
+{
+	struct qc_state *s = k->s;
+	char what[96];
+	uint64_t c, rc, t;
+	int ret;
+
+	*rebuild = false;
+	for (c = 0; c < k->n; c++) {
+		if (!k->refs[c])
+			continue;
+		t = c >> s->rb_bits;
+		if (t >= s->rct_size || !s->rct[t]) {
+			*rebuild = true;
+			return 0;
+		}
+		if (qc_meta_overlap(s, QC_OL_FIXED, s->rct[t], s->cluster_size, what,
+				    sizeof(what)))
+			continue; /* a bad refcount block: reported by ck_compare */
+		ret = qc_rc_get(s, c, &rc);
+		if (ret)
+			return ret;
+		if (rc == 0) {
+			*rebuild = true;
+			return 0;
+		}
+	}
+	return 0;
+}
+
 /* ---- COPIED flags of the active tables: set exactly when refcount == 1 ---- */
 
 /* As QEMU does, the flag is compared with the stored refcount (repaired by
@@ -393,6 +428,17 @@ static int ck_run(struct ck *k)
 	ret = ck_l1(k, s->l1, s->l1_size, true);
 	if (!ret)
 		ret = ck_snapshots(k);
+	if (!ret && k->flags && !(k->flags & QCOW2_FIX_ERRORS)) {
+		bool rebuild;
+
+		ret = ck_needs_rebuild(k, &rebuild);
+		if (!ret && rebuild) {
+			k->r->check_errors++;
+			snprintf(k->r->first_error, sizeof(k->r->first_error),
+				 "need to rebuild refcount structures");
+			return -EIO;
+		}
+	}
 	if (!ret)
 		ret = ck_compare(k);
 	if (!ret)
