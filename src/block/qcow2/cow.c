@@ -51,15 +51,15 @@
  * allocated join the allocation (rw.c) instead of waiting for it. On XFS
  * images get a 1 MiB extent size hint at create.
  *
- * Measured (this project's development VM: virtio disk, ext4 mounted with
- * discard; XFS on a loop device there; 8 GiB image, first
- * 4 KiB write into every 64 KiB step, 75,000 requests, depth 64, O_DIRECT;
- * ioplane default engine io_uring, qemu-img 7.2 bench -n):
- *   ext4, 64 KiB clusters:  qemu-img 7.5-9.3 s   ioplane 0.86-1.0 s
- *   ext4, 2 MiB clusters:   qemu-img 0.85-1.0 s  ioplane 0.83-0.97 s (the
- *                           raw-file first write floor there is 0.73-0.81 s)
- *   XFS (loop), 64 KiB:     qemu-img 10.4 s      ioplane 1.28 s
- *   XFS (loop), 2 MiB:      qemu-img 1.39-2.0 s  ioplane 1.14-1.30 s
+ * Measured with bench/compare-qcow2.sh (a 2-CPU virtual machine with a
+ * virtio disk, ext4 mounted with discard, XFS on a loop device; 8 GiB image,
+ * first 4 KiB write into every 64 KiB step, 75,000 requests, depth 64,
+ * O_DIRECT; ioplane's default engine io_uring, qemu-img 7.2 bench -n; median
+ * of 5; raw: the faster tool writing a raw file the same way):
+ *   ext4, 64 KiB clusters:  qemu-img 7.27 s   ioplane 0.66 s
+ *   ext4, 2 MiB clusters:   qemu-img 0.79 s   ioplane 0.60 s (raw: 0.56 s)
+ *   XFS (loop), 64 KiB:     qemu-img 11.2 s   ioplane 1.12 s
+ *   XFS (loop), 2 MiB:      qemu-img 1.31 s   ioplane 0.96 s (raw: 1.03 s)
  *
  * Threading: runs in the request's coroutine without locks (the clusters
  * belong to the allocating request until it links them). */
