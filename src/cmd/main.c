@@ -9,7 +9,7 @@
 #include "util/clock.h"
 
 #ifndef IOPLANE_VERSION
-#define IOPLANE_VERSION "0.1.0"
+#error "IOPLANE_VERSION comes from meson.build's project version"
 #endif
 
 /* Exit status for a command line we cannot dispatch (like git/getopt users). */
