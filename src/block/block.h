@@ -263,6 +263,7 @@ void *blk_alloc_buf(struct blk_node *bs, size_t len);
  * instead of fragmenting the file (qemu-img does the same, 1 MiB by
  * default). Other file systems: nothing. 0 or -errno. */
 int blk_file_extent_hint(int fd, uint32_t bytes);
+#define BLK_EXTENT_HINT_DEFAULT (1u << 20) /* qemu-img's default */
 
 /* Request pool: a free list owned by one thread. */
 struct blk_req_pool {

@@ -148,7 +148,7 @@ static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint
 static int create_raw(const struct img_create *c)
 {
 	const char *pre = NULL;
-	uint32_t hint = 1u << 20;
+	uint32_t hint = BLK_EXTENT_HINT_DEFAULT;
 	int fd, ret = raw_opts(c, &pre, &hint);
 
 	if (ret)

@@ -802,8 +802,8 @@ static const struct cfg cfgs[] = {
 #define CFG_TESTS(i)                                                                               \
 	T(test_probe, i), T(test_rw, i), T(test_discard, i), T(test_write_zeroes, i),              \
 		T(test_block_status, i), T(test_iov_max, i), T(test_short_read_eof, i),            \
-		T(test_grow, i), T(test_many_in_flight, i), T(test_batch, i), T(test_max_batch, i),        \
-		T(test_detach, i)
+		T(test_grow, i), T(test_many_in_flight, i), T(test_batch, i),                      \
+		T(test_max_batch, i), T(test_detach, i)
 
 static int group_setup(void **state)
 {

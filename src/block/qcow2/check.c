@@ -192,13 +192,19 @@ static void ck_refcount_meta(struct ck *k)
 			ck_ref(k, s->rct[i], s->cluster_size, "refcount block");
 }
 
+/* Does the refcount block of table entry t overlap a fixed table? What it
+ * overlaps goes to what[len]. */
+static bool ck_rb_overlaps(const struct ck *k, uint64_t t, char *what, size_t len)
+{
+	return qc_meta_overlap(k->s, QC_OL_FIXED, k->s->rct[t], k->s->cluster_size, what, len);
+}
+
 /* A refcount block that is also a table is reported, not used. */
 static bool ck_rb_bad(struct ck *k, uint64_t t)
 {
 	char what[96];
 
-	if (!qc_meta_overlap(k->s, QC_OL_FIXED, k->s->rct[t], k->s->cluster_size, what,
-			     sizeof(what)))
+	if (!ck_rb_overlaps(k, t, what, sizeof(what)))
 		return false;
 	ck_error(k, false, "refcount block 0x%llx (refcount table entry %llu) overlaps the %s",
 		 (unsigned long long)k->s->rct[t], (unsigned long long)t, what);
@@ -295,8 +301,7 @@ static int ck_needs_rebuild(struct ck *k, bool *rebuild)
 			*rebuild = true;
 			return 0;
 		}
-		if (qc_meta_overlap(s, QC_OL_FIXED, s->rct[t], s->cluster_size, what,
-				    sizeof(what)))
+		if (ck_rb_overlaps(k, t, what, sizeof(what)))
 			continue; /* a bad refcount block: reported by ck_compare */
 		ret = qc_rc_get(s, c, &rc);
 		if (ret)

@@ -350,7 +350,7 @@ int qcow2_create(const char *path, const struct qcow2_create_opts *o, char *err,
 	if (fd < 0)
 		return cr_err(err, errlen, -errno, "cannot create", path);
 	if (!o->no_extent_hint)
-		blk_file_extent_hint(fd, 1u << 20); /* best effort: XFS only */
+		blk_file_extent_hint(fd, BLK_EXTENT_HINT_DEFAULT); /* best effort: XFS only */
 	c = qc_alloc_buf(l.cs);
 	ret = c ? cr_write(fd, o, &l, c, err, errlen) : -ENOMEM;
 	free(c);
