@@ -12,6 +12,7 @@
 
 #include "cmd/serve-vhost.h"
 #include "export/vhost-user-blk.h"
+#include "util/log.h"
 #include "util/opts.h"
 
 #define EXIT_USAGE 2
@@ -98,6 +99,11 @@ static int vhost_start_one(struct serve_vhost *v, const char *arg, struct vub_ex
 	if (ret < 0) {
 		v->n++;
 		cfg->first_loop += cfg->blk.num_queues;
+		/* Not a command-line error: said and counted as --nbd's are. */
+		if (vub_export_listen(v->exps[v->n - 1], err, sizeof(err)) < 0) {
+			log_err("%s", err);
+			ret = 1;
+		}
 	}
 	kv_free(&o); /* the export copied what it keeps */
 	return ret;

@@ -12,7 +12,8 @@ struct loop;
 struct serve_vhost;
 
 /* Parse and start every export (listening once this returns). Returns -1 on
- * success, else the exit status (2: bad command line), like serve.c. */
+ * success, else the exit status, like serve.c: 2 for a bad command line, 1
+ * when a socket cannot be listened on (the message is --nbd's). */
 int serve_vhost_start(char **args, unsigned n,
 		      struct blk_node *(*find_image)(void *ctx, const char *id), void *ctx,
 		      struct loop *main_loop, struct loop **loops, unsigned nloops,

@@ -63,7 +63,7 @@ struct nbd_listener {
 	struct nbd_listener *next;
 	struct loop_fd h;
 	struct nbd_server *srv;
-	char *unix_path; /* unlinked on close */
+	struct unix_listener *unix_l; /* NULL for TCP; its file is removed on close */
 };
 
 struct nbd_server {

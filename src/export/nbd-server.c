@@ -13,13 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
 #include "export/nbd-int.h"
 #include "util/log.h"
+#include "util/unix-listener.h"
 
 #define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 #define ACCEPT_BATCH 64
@@ -262,20 +261,18 @@ unsigned nbd_server_connections(const struct nbd_server *s)
 
 /* ---- listening ---------------------------------------------------------- */
 
-static int add_listener(struct nbd_server *s, int fd, const char *unix_path)
+static int add_listener(struct nbd_server *s, int fd, struct unix_listener *unix_l)
 {
 	struct nbd_listener *l = calloc(1, sizeof(*l));
 	int ret;
 
-	if (!l || (unix_path && !(l->unix_path = strdup(unix_path)))) {
-		free(l);
+	if (!l)
 		return -ENOMEM;
-	}
 	l->srv = s;
+	l->unix_l = unix_l;
 	l->h = (struct loop_fd){.fd = fd, .events = EPOLLIN, .cb = listener_cb};
 	ret = loop_fd_add(s->main_loop, &l->h);
 	if (ret < 0) {
-		free(l->unix_path);
 		free(l);
 		return ret;
 	}
@@ -284,71 +281,28 @@ static int add_listener(struct nbd_server *s, int fd, const char *unix_path)
 	return 0;
 }
 
-/* A socket file nobody accepts on is left over from a dead server. */
-static bool unix_path_is_stale(const char *path, const struct sockaddr_un *sa)
-{
-	struct stat st;
-	int fd, ret;
-
-	if (stat(path, &st) < 0 || !S_ISSOCK(st.st_mode))
-		return false;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return false;
-	ret = connect(fd, (const struct sockaddr *)sa, sizeof(*sa));
-	ret = ret < 0 && errno == ECONNREFUSED;
-	close(fd);
-	return ret;
-}
-
-static int bind_unix(int fd, const char *path, mode_t mode, const struct sockaddr_un *sa)
-{
-	mode_t old;
-	int ret;
-
-	/* The socket file gets its permissions at bind(): no window in which
-	 * it is more open than asked. */
-	old = umask((mode_t)(~mode & 0777));
-	ret = bind(fd, (const struct sockaddr *)sa, sizeof(*sa));
-	if (ret < 0 && errno == EADDRINUSE && unix_path_is_stale(path, sa)) {
-		unlink(path);
-		ret = bind(fd, (const struct sockaddr *)sa, sizeof(*sa));
-	}
-	ret = ret < 0 ? -errno : 0;
-	umask(old);
-	return ret;
-}
-
+/* The socket rules (live: refused, stale: replaced, ...) are unix-listener.h's. */
 int nbd_server_listen_unix(struct nbd_server *s, const char *path, mode_t mode, char *err,
 			   size_t errlen)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd, ret;
+	struct unix_listener *ul = malloc(sizeof(*ul));
+	int ret;
 
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		snprintf(err, errlen, "unix socket path too long: %s", path);
-		return -ENAMETOOLONG;
+	if (!ul) {
+		snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(ENOMEM));
+		return -ENOMEM;
 	}
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		ret = -errno;
-		goto fail;
+	ret = unix_listen(ul, path, mode, SOMAXCONN, err, errlen);
+	if (ret < 0) {
+		free(ul);
+		return ret;
 	}
-	ret = bind_unix(fd, path, mode, &sa);
-	if (ret < 0)
-		goto fail;
-	if (listen(fd, SOMAXCONN) < 0 || (ret = add_listener(s, fd, path)) < 0) {
-		ret = ret < 0 ? ret : -errno;
-		unlink(path);
-		goto fail;
+	ret = add_listener(s, ul->fd, ul);
+	if (ret < 0) {
+		snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(-ret));
+		unix_listener_close(ul);
+		free(ul);
 	}
-	return 0;
-
-fail:
-	snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(-ret));
-	if (fd >= 0)
-		close(fd);
 	return ret;
 }
 
@@ -411,10 +365,11 @@ void nbd_server_stop_listening(struct nbd_server *s)
 	while ((l = s->listeners)) {
 		s->listeners = l->next;
 		loop_fd_del(s->main_loop, &l->h);
-		close(l->h.fd);
-		if (l->unix_path)
-			unlink(l->unix_path);
-		free(l->unix_path);
+		if (l->unix_l)
+			unix_listener_close(l->unix_l);
+		else
+			close(l->h.fd);
+		free(l->unix_l);
 		free(l);
 	}
 }

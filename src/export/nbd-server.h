@@ -46,8 +46,9 @@ int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out)
  * node), -EINVAL (name too long). err gets a human message. */
 int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *e, char *err,
 			  size_t errlen);
-/* Listen on a unix socket created with permissions `mode` (a stale socket at
- * PATH is replaced), or on every address HOST:PORT resolves to. */
+/* Listen on a unix socket created with permissions `mode` (unix-listener.h's
+ * rules: a live socket at PATH is refused, a stale one replaced), or on every
+ * address HOST:PORT resolves to. */
 int nbd_server_listen_unix(struct nbd_server *s, const char *path, mode_t mode, char *err,
 			   size_t errlen);
 int nbd_server_listen_tcp(struct nbd_server *s, const char *host, const char *port, char *err,
@@ -56,7 +57,8 @@ int nbd_server_listen_tcp(struct nbd_server *s, const char *host, const char *po
  * must be the calling thread's loop. Used by tests and the fuzz target. */
 int nbd_server_attach_fd(struct nbd_server *s, struct loop *loop, int fd);
 
-/* Stop accepting: close the listening sockets and remove unix socket files. */
+/* Stop accepting: close the listening sockets and remove the unix socket
+ * files they created (if still theirs). */
 void nbd_server_stop_listening(struct nbd_server *s);
 /* Every connection stops reading, finishes its in-flight requests, sends
  * their replies and closes; connections still in the handshake close at

@@ -20,14 +20,13 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "export/vhost-user-blk.h"
 #include "export/vhost-user.h"
 #include "loop/loop.h"
 #include "util/log.h"
+#include "util/unix-listener.h"
 
 #define VUB_POOL_MAX 256  /* request slots per queue (fewer: chains wait in avail) */
 #define VUB_RUN_ROUNDS 4  /* disable/process/enable cycles before deferring */
@@ -73,10 +72,11 @@ struct vub_queue {
 struct vub_export {
 	char name[128];
 	char *path;
+	mode_t mode;
 	struct loop *main_loop;
-	int listen_fd;
+	struct unix_listener ul;
 	struct loop_fd listen_h;
-	bool listening, stopping, bound;
+	bool listening, stopping;
 	struct vblk_dev blk;
 	struct vub_queue *queues;
 	unsigned nqueues;
@@ -543,7 +543,7 @@ static void vub_accept_cb(struct loop_fd *h, uint32_t revents)
 	int fd;
 
 	(void)revents;
-	fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	fd = accept4(e->ul.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if (fd < 0)
 		return;
 	if (vub_export_attach_fd(e, fd) < 0)
@@ -554,10 +554,10 @@ static void vub_accept_cb(struct loop_fd *h, uint32_t revents)
 
 static void vub_listen_watch(struct vub_export *e, bool on)
 {
-	if (on == e->listening || e->listen_fd < 0)
+	if (on == e->listening || e->ul.fd < 0)
 		return;
 	if (on) {
-		e->listen_h = (struct loop_fd){.fd = e->listen_fd, .events = EPOLLIN,
+		e->listen_h = (struct loop_fd){.fd = e->ul.fd, .events = EPOLLIN,
 					       .cb = vub_accept_cb};
 		e->listening = loop_fd_add(e->main_loop, &e->listen_h) == 0;
 	} else {
@@ -566,30 +566,23 @@ static void vub_listen_watch(struct vub_export *e, bool on)
 	}
 }
 
-static int vub_listen(struct vub_export *e, mode_t mode, char *err, size_t errlen)
+/* The socket rules (live: refused, stale: replaced, ...) are unix-listener.h's. */
+int vub_export_listen(struct vub_export *e, char *err, size_t errlen)
 {
-	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	struct stat st;
+	int ret;
 
-	if (strlen(e->path) >= sizeof(sa.sun_path)) {
-		snprintf(err, errlen, "socket path too long: %s", e->path);
-		return -ENAMETOOLONG;
-	}
-	memcpy(sa.sun_path, e->path, strlen(e->path) + 1);
-	if (lstat(e->path, &st) == 0 && S_ISSOCK(st.st_mode))
-		unlink(e->path); /* stale socket from an earlier run */
-	e->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (e->listen_fd < 0 || bind(e->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		snprintf(err, errlen, "%s: %s", e->path, strerror(errno));
-		return -errno;
-	}
-	e->bound = true;
-	if (chmod(e->path, mode ? mode : 0600) < 0 || listen(e->listen_fd, 16) < 0) {
-		snprintf(err, errlen, "%s: %s", e->path, strerror(errno));
-		return -errno;
-	}
+	if (!e->path || e->ul.fd >= 0 || e->stopping)
+		return -EINVAL;
+	ret = unix_listen(&e->ul, e->path, e->mode ? e->mode : 0600, 16, err, errlen);
+	if (ret < 0)
+		return ret;
 	vub_listen_watch(e, true);
-	return e->listening ? 0 : -ENOMEM;
+	if (!e->listening) {
+		snprintf(err, errlen, "cannot listen on %s: %s", e->path, strerror(ENOMEM));
+		unix_listener_close(&e->ul);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 /* ---- life cycle ---------------------------------------------------------------------- */
@@ -622,8 +615,9 @@ int vub_export_start(const struct vub_export_config *cfg, struct vub_export **ou
 
 	if (!e)
 		goto fail;
-	e->listen_fd = -1;
+	e->ul.fd = -1;
 	e->main_loop = cfg->main_loop;
+	e->mode = cfg->mode;
 	e->done_defer.cb = vub_done_cb;
 	e->nqueues = cfg->blk.num_queues ? cfg->blk.num_queues : 1;
 	snprintf(e->name, sizeof(e->name), "vhost-user-blk %s", cfg->path ? cfg->path : "(fd)");
@@ -642,9 +636,6 @@ int vub_export_start(const struct vub_export_config *cfg, struct vub_export **ou
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	ret = cfg->path ? vub_listen(e, cfg->mode, err, errlen) : 0;
-	if (ret < 0)
-		goto fail;
 	*out = e;
 	return 0;
 fail:
@@ -658,13 +649,7 @@ void vub_export_stop(struct vub_export *e, void (*done)(void *opaque), void *opa
 	e->stop_done = done;
 	e->stop_opaque = opaque;
 	vub_listen_watch(e, false);
-	if (e->listen_fd >= 0) {
-		close(e->listen_fd);
-		e->listen_fd = -1;
-	}
-	if (e->bound)
-		unlink(e->path);
-	e->bound = false;
+	unix_listener_close(&e->ul);
 	if (e->conn)
 		vu_dev_close(e->conn); /* vub_closed() finishes */
 	else
@@ -678,10 +663,7 @@ void vub_export_free(struct vub_export *e)
 	if (!e)
 		return;
 	vub_listen_watch(e, false);
-	if (e->listen_fd >= 0)
-		close(e->listen_fd);
-	if (e->bound)
-		unlink(e->path);
+	unix_listener_close(&e->ul);
 	for (i = 0; e->queues && i < e->nqueues; i++) {
 		free(e->queues[i].reqs);
 		free(e->queues[i].free);

@@ -19,8 +19,8 @@ struct loop;
 struct vub_export;
 
 struct vub_export_config {
-	const char *path;        /* unix socket (a stale socket file is replaced);
-				  * NULL: none, connections come from vub_export_attach_fd */
+	const char *path;        /* unix socket for vub_export_listen; NULL: none,
+				  * connections come from vub_export_attach_fd */
 	mode_t mode;             /* socket permissions; 0: 0600 */
 	struct blk_node *bs;
 	struct vblk_dev_opts blk; /* writable, logical block size, serial, num_queues */
@@ -30,9 +30,12 @@ struct vub_export_config {
 	unsigned first_loop;     /* spreads queue 0 of several exports */
 };
 
-/* Listen on cfg->path. err gets a human message on failure. */
+/* Set the export up (not listening yet). err gets a human message on failure. */
 int vub_export_start(const struct vub_export_config *cfg, struct vub_export **out, char *err,
 		     size_t errlen);
+/* Listen on cfg->path, by unix-listener.h's rules (a live socket is refused,
+ * a stale one replaced). err gets "cannot listen on PATH: REASON". */
+int vub_export_listen(struct vub_export *e, char *err, size_t errlen);
 /* Stop listening, drop the front-end (in-flight requests finish and reach
  * the used ring first); then done(opaque) runs on the main loop. */
 void vub_export_stop(struct vub_export *e, void (*done)(void *opaque), void *opaque);
