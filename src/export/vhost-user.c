@@ -190,14 +190,15 @@ static int h_set_vring_num(struct vu_dev *d, struct vu_reply *rep)
 
 	(void)rep;
 	memcpy(&s, d->payload, sizeof(s));
+	/* virtio 1.2 2.7: a split queue's size is a power of 2. Checked before
+	 * anything stops: a bad message leaves a running queue alone. */
+	if (!s.num || s.num > VRING_MAX_SIZE || (s.num & (s.num - 1)))
+		return -EINVAL;
 	vq = msg_vq(d, s.index, true, &async);
 	if (!vq)
 		return -EINVAL;
 	if (async)
 		return async;
-	/* virtio 1.2 2.7: a split queue's size is a power of 2. */
-	if (!s.num || s.num > VRING_MAX_SIZE || (s.num & (s.num - 1)))
-		return -EINVAL;
 	vq->vr.num = (uint16_t)s.num;
 	return vq_update(d, s.index);
 }
@@ -230,8 +231,10 @@ static int h_set_vring_base(struct vu_dev *d, struct vu_reply *rep)
 
 	(void)rep;
 	memcpy(&s, d->payload, sizeof(s));
+	if (s.num > 0xffff)
+		return -EINVAL;
 	vq = msg_vq(d, s.index, true, &async);
-	if (!vq || s.num > 0xffff)
+	if (!vq)
 		return -EINVAL;
 	if (async)
 		return async;

@@ -2,7 +2,7 @@
 """A hostile vhost-user front-end against `ioplane serve --vhost-user-blk`: malformed
 messages get an error reply (REPLY_ACK) or close that connection, never the daemon; a
 descriptor loop in one queue stops that queue (its error eventfd fires) while another
-queue of the same device keeps serving requests; the daemon then still serves a normal
+queue of the same device, which also got bad ring messages, keeps serving requests; the daemon then still serves a normal
 front-end (`ioplane bench --vhost-user`) and stops cleanly on SIGTERM.
 Exit 0 pass, 77 skip, 1 fail (scripts/test.sh conventions)."""
 import mmap
@@ -15,8 +15,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _vhostfe import (GET_FEATURES, IOPLANE, MEM, SET_FEATURES, SET_MEM_TABLE,  # noqa: E402
-                      SET_PROTOCOL_FEATURES, SET_VRING_KICK, SET_VRING_NUM, PF, UVA, Daemon,
-                      FrontEnd, Queue, bench, fail, handshake, wait_fd)
+                      SET_PROTOCOL_FEATURES, SET_VRING_BASE, SET_VRING_KICK, SET_VRING_NUM, PF,
+                      UVA, Daemon, FrontEnd, Queue, bench, fail, handshake, wait_fd)
 
 
 def test_messages(path, memfd):
@@ -53,6 +53,11 @@ def test_broken_queue(path, memfd, mem):
     handshake(fe, memfd)
     q0 = Queue(fe, mem, 0, 0x10000)
     q1 = Queue(fe, mem, 1, 0x20000)
+    # Bad ring messages for a running queue are refused and leave it running.
+    if not fe.ack(SET_VRING_NUM, struct.pack('<II', 1, 100)):
+        fail('a queue size that is not a power of 2 was accepted')
+    if not fe.ack(SET_VRING_BASE, struct.pack('<II', 1, 0x10000)):
+        fail('a ring base above 0xffff was accepted')
     q0.offer_loop(0x30000)
     wait_fd(q0.err, 'the error eventfd of the looping queue')
     # Queue 1 still serves: GET_ID (type 8) through header, data, status.
