@@ -9,17 +9,26 @@
  * them and notifies the guest at most once (EVENT_IDX honoured). Requests
  * come from a per-queue pool and their data stays in guest memory.
  *
+ * The call and error eventfds belong to the front-end, which may leave their
+ * counters full so that a write would wait: see vub_signal for how they are
+ * written without ever blocking the iothread.
+ *
  * THREADING RULE: struct vub_export is main-thread only. A struct vub_queue
  * is set up by the main thread while stopped, handed to its iothread with
  * start_msg, and handed back with stopped_msg once its last in-flight request
- * has reached the used ring; between the two only the iothread touches it. */
+ * has reached the used ring and no write to a front-end fd is pending;
+ * between the two only the iothread touches it, except that fds_msg brings it
+ * new call/error fds (new_call_fd, new_err_fd) and fds_done_msg answers once
+ * the old ones are no longer in use. */
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "export/vhost-user-blk.h"
@@ -34,6 +43,19 @@
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 struct vub_queue;
+
+/* A call or error eventfd of the front-end, written by the iothread through
+ * its loop's io_uring with at most one write in flight. */
+struct vub_notifier {
+	int fd;          /* -1: none (the number is owned by vhost-user.c) */
+	int write_fd;    /* the fd the write in flight goes to */
+	bool inflight;   /* a write SQE not completed yet */
+	bool again;      /* signal once more when it has */
+	bool cancelling; /* a cancel SQE for it not completed yet */
+	bool lost;       /* a write was cancelled: signal at the next start */
+	struct loop_uring_op op, cancel_op;
+	struct vub_queue *q;
+};
 
 struct vub_req {
 	struct vblk_req vr; /* first */
@@ -50,23 +72,24 @@ struct vub_queue {
 	struct vring *vr;
 	unsigned idx;
 	struct loop *loop;
-	int call_fd, err_fd;
+	int new_call_fd, new_err_fd; /* also while running: read by fds_msg's handler */
 	uint16_t *resubmit; /* inflight heads to run again at start */
 	unsigned nresubmit, resubmit_cap;
 	struct vub_req *reqs;
 	unsigned nreqs;
 
-	/* Owned by the iothread while running. */
+	/* Owned by the iothread while running (kick_h.fd and the notifiers' fd
+	 * are set by the main thread at start). */
 	struct loop_fd kick_h;
 	struct loop_poll poll;
 	struct loop_flush flush;
 	struct loop_defer again;
-	struct loop_uring_op notify_op;
+	struct vub_notifier call, err;
 	struct vub_req **free;
-	unsigned nfree, inflight, notify_pending;
-	bool handlers_on, poll_on, stopping, starved, broken, again_queued;
+	unsigned nfree, inflight;
+	bool handlers_on, poll_on, stopping, starved, broken, again_queued, swapping;
 
-	struct loop_msg start_msg, stop_msg, stopped_msg;
+	struct loop_msg start_msg, stop_msg, stopped_msg, fds_msg, fds_done_msg;
 };
 
 struct vub_export {
@@ -112,58 +135,180 @@ static void vub_handlers_off(struct vub_queue *q)
 
 static const uint64_t vub_one = 1;
 
-static void eventfd_signal(int fd)
+static void vub_defer_again(struct vub_queue *q)
 {
-	if (fd >= 0 && write(fd, &vub_one, sizeof(vub_one)) < 0)
+	if (!q->again_queued) {
+		q->again_queued = true;
+		loop_defer(q->loop, &q->again);
+	}
+}
+
+/* No io_uring on this loop: write() at once, which the fd's O_NONBLOCK (set
+ * when the fd arrived here, see vub_notifier_prepare) keeps from waiting.
+ * -EAGAIN means a full counter: the front-end has a signal pending anyway. */
+static void vub_signal_sync(struct vub_notifier *n)
+{
+	if (write(n->fd, &vub_one, sizeof(vub_one)) < 0 && errno != EAGAIN)
 		log_debug("vhost-user-blk: eventfd write: %s", strerror(errno));
 }
 
-static void vub_notify_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
+/* Signal a call or error eventfd. The front-end may have left its counter
+ * full, so that a write would wait until it reads: the write goes through
+ * the loop's io_uring, where it can wait without holding the thread, and a
+ * queue stop cancels it. One write at a time: a signal wanted meanwhile is
+ * sent when it completes (eventfd semantics: the front-end only needs to
+ * see the counter become non-zero after the used index moved). */
+static void vub_signal(struct vub_notifier *n)
 {
-	struct vub_queue *q = container_of(op, struct vub_queue, notify_op);
+	struct vub_queue *q = n->q;
+	struct io_uring_sqe *sqe;
 
-	(void)res;
-	(void)cqe_flags;
-	q->notify_pending--;
-	if (q->stopping)
-		loop_request_flush(q->loop, &q->flush); /* may finish the stop */
+	if (n->fd < 0)
+		return;
+	if (n->inflight) {
+		n->again = true;
+		return;
+	}
+	sqe = loop_uring_sqe(q->loop);
+	if (!sqe && loop_uring(q->loop)) { /* a full submission queue: next round */
+		n->again = true;
+		vub_defer_again(q);
+		return;
+	}
+	if (!sqe) {
+		vub_signal_sync(n);
+		return;
+	}
+	io_uring_prep_write(sqe, n->fd, &vub_one, sizeof(vub_one), 0);
+	io_uring_sqe_set_data(sqe, &n->op);
+	n->inflight = true;
+	n->write_fd = n->fd;
 }
 
-/* Call the driver. Through the loop's io_uring when it has one: the write
- * then rides on the io_uring_enter the loop makes anyway (no system call of
- * its own). A stop waits for it, so the fd is still ours when it runs. */
-static void vub_notify(struct vub_queue *q)
+static void vub_cancel(struct vub_notifier *n)
 {
 	struct io_uring_sqe *sqe;
 
-	if (q->call_fd < 0)
+	if (!n->inflight || n->cancelling)
 		return;
-	sqe = loop_uring_sqe(q->loop);
+	sqe = loop_uring_sqe(n->q->loop);
 	if (!sqe) {
-		eventfd_signal(q->call_fd);
+		vub_defer_again(n->q); /* tries again */
 		return;
 	}
-	io_uring_prep_write(sqe, q->call_fd, &vub_one, sizeof(vub_one), 0);
-	io_uring_sqe_set_data(sqe, &q->notify_op);
-	q->notify_pending++;
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&n->op, 0);
+	io_uring_sqe_set_data(sqe, &n->cancel_op);
+	n->cancelling = true;
+}
+
+/* After a hand-over: tell the main thread once no write uses an old fd. */
+static void vub_maybe_fds_done(struct vub_queue *q)
+{
+	if (!q->swapping)
+		return;
+	if ((q->call.inflight && q->call.write_fd != q->call.fd) ||
+	    (q->err.inflight && q->err.write_fd != q->err.fd))
+		return;
+	q->swapping = false;
+	loop_send(q->exp->main_loop, &q->fds_done_msg);
+}
+
+static void vub_signal_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
+{
+	struct vub_notifier *n = container_of(op, struct vub_notifier, op);
+	struct vub_queue *q = n->q;
+
+	(void)cqe_flags;
+	n->inflight = false;
+	/* Cancelled: by a stop, sent again at the next start; else by a
+	 * hand-over, and the new fd gets it. */
+	if ((res == -ECANCELED || res == -EINTR) && q->stopping)
+		n->lost = true;
+	else if (res == -ECANCELED || res == -EINTR)
+		n->again = true;
+	else if (res < 0 && res != -EAGAIN)
+		log_debug("%s: queue %u: eventfd write: %s", q->exp->name, q->idx, strerror(-res));
+	vub_maybe_fds_done(q);
+	if (n->again) {
+		n->again = false;
+		vub_signal(n);
+	}
+	if (q->stopping)
+		loop_request_flush(q->loop, &q->flush); /* cancels it or finishes the stop */
+}
+
+static void vub_cancel_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
+{
+	struct vub_notifier *n = container_of(op, struct vub_notifier, cancel_op);
+
+	(void)res;
+	(void)cqe_flags;
+	n->cancelling = false;
+	if (n->q->stopping)
+		loop_request_flush(n->q->loop, &n->q->flush);
+}
+
+static bool vub_notifier_busy(const struct vub_notifier *n)
+{
+	return n->inflight || n->cancelling;
+}
+
+/* Cancel the writes that hold up a stop (any) or a hand-over (to an old fd). */
+static void vub_cancel_writes(struct vub_queue *q)
+{
+	if (q->call.inflight && (q->stopping || q->call.write_fd != q->call.fd))
+		vub_cancel(&q->call);
+	if (q->err.inflight && (q->stopping || q->err.write_fd != q->err.fd))
+		vub_cancel(&q->err);
+}
+
+static void vub_signal_retry(struct vub_notifier *n)
+{
+	if (n->again && !n->inflight) {
+		n->again = false;
+		vub_signal(n);
+	}
+}
+
+/* Without io_uring the write is a plain write(): the fd must not block it.
+ * O_NONBLOCK is a flag of the file description, which the front-end shares,
+ * so it is set only here, where there is no other way to write it. */
+static void vub_notifier_prepare(struct vub_notifier *n)
+{
+	int fl;
+
+	if (n->fd < 0 || loop_uring(n->q->loop))
+		return;
+	fl = fcntl(n->fd, F_GETFL);
+	if (fl >= 0 && !(fl & O_NONBLOCK))
+		fcntl(n->fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* Call the driver; the write rides on the io_uring_enter the loop makes
+ * anyway (no system call of its own). */
+static void vub_notify(struct vub_queue *q)
+{
+	vub_signal(&q->call);
 }
 
 /* The driver broke the virtqueue rules: stop looking at this queue (device
  * needs reset); requests in flight still complete. Other queues go on. */
 static void vub_broken(struct vub_queue *q, int err)
 {
+	if (q->broken)
+		return;
 	/* A chain that reads as garbage because the memory went away. */
 	if (atomic_load_explicit(q->mem_faulted, memory_order_relaxed))
 		err = -EFAULT;
-	if (!q->broken && err == -EFAULT)
+	if (err == -EFAULT)
 		log_err("%s: queue %u: the front-end shrank guest memory under us: queue stopped",
 			q->exp->name, q->idx);
-	else if (!q->broken)
+	else
 		log_warn("%s: queue %u: bad descriptor chain (%s): queue stopped", q->exp->name,
 			 q->idx, strerror(-err));
 	q->broken = true;
 	vub_handlers_off(q);
-	eventfd_signal(q->err_fd);
+	vub_signal(&q->err);
 }
 
 static void vub_req_done(struct vblk_req *vr)
@@ -235,6 +380,9 @@ static void vub_again_cb(struct loop_defer *d)
 	struct vub_queue *q = container_of(d, struct vub_queue, again);
 
 	q->again_queued = false;
+	vub_signal_retry(&q->call); /* after a full submission queue */
+	vub_signal_retry(&q->err);
+	vub_cancel_writes(q);
 	if (q->handlers_on)
 		vub_run(q);
 	else
@@ -253,19 +401,19 @@ static void vub_run(struct vub_queue *q)
 			return;
 	}
 	/* A driver adding as fast as we take: let other handlers run first. */
-	if (!q->again_queued) {
-		q->again_queued = true;
-		loop_defer(q->loop, &q->again);
-	}
+	vub_defer_again(q);
 }
 
 static void vub_kick_cb(struct loop_fd *h, uint32_t revents)
 {
 	struct vub_queue *q = container_of(h, struct vub_queue, kick_h);
 	uint64_t v;
+	struct iovec iov = {&v, sizeof(v)};
 
 	(void)revents;
-	if (read(h->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+	/* RWF_NOWAIT: the front-end may read its kick eventfd itself, and a
+	 * plain read() would then wait for its next kick. */
+	if (preadv2(h->fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno != EAGAIN)
 		log_debug("%s: queue %u: kick read: %s", q->exp->name, q->idx, strerror(errno));
 	/* Poll only queues the driver has used: polling hundreds of idle queues
 	 * (and spinning while a front-end sets them up) helps nobody. */
@@ -305,6 +453,9 @@ static bool vub_sleep_cb(struct loop_poll *p)
 static void vub_finish_stop(struct vub_queue *q)
 {
 	q->stopping = false;
+	/* The kick fd's poll requests reach the kernel before the main thread
+	 * may close the fd and its number is given to another file. */
+	loop_uring_submit(q->loop);
 	loop_send(q->exp->main_loop, &q->stopped_msg);
 }
 
@@ -320,8 +471,12 @@ static void vub_flush_cb(struct loop_flush *f)
 		vub_run(q);
 		return; /* vub_run's completions requested another flush */
 	}
-	if (q->stopping && !q->inflight && !q->notify_pending && !q->again_queued &&
-	    !q->flush.queued)
+	if (!q->stopping)
+		return;
+	/* A write the front-end's full counter holds up would hold the stop. */
+	vub_cancel_writes(q);
+	if (!q->inflight && !vub_notifier_busy(&q->call) && !vub_notifier_busy(&q->err) &&
+	    !q->swapping && !q->again_queued && !q->flush.queued)
 		vub_finish_stop(q);
 }
 
@@ -363,7 +518,12 @@ static void vub_start_cb(struct loop_msg *m)
 	q->poll.sleep = vub_sleep_cb;
 	q->flush.cb = vub_flush_cb;
 	q->again.cb = vub_again_cb;
-	q->notify_op.cb = vub_notify_done;
+	vub_notifier_prepare(&q->call);
+	vub_notifier_prepare(&q->err);
+	if (q->call.lost) { /* a signal of the last run was cancelled */
+		q->call.lost = false;
+		vub_signal(&q->call);
+	}
 	if (loop_fd_add(q->loop, &q->kick_h) < 0) {
 		vub_broken(q, -EBADF);
 		return;
@@ -388,6 +548,38 @@ static void vub_stopped_cb(struct loop_msg *m)
 	struct vub_queue *q = container_of(m, struct vub_queue, stopped_msg);
 
 	vu_queue_stopped(q->dev, q->idx);
+}
+
+static void vub_notifier_swap(struct vub_notifier *n, int fd)
+{
+	if (fd == n->fd)
+		return;
+	n->fd = fd;
+	vub_notifier_prepare(n);
+	/* The old fd's write may wait forever (cancelled below); the new fd
+	 * gets the signal when it is over. */
+	if (n->inflight)
+		n->again = true;
+}
+
+/* New call/error fds for a running queue (vhost-user.c keeps the old ones
+ * open until fds_done_msg says no write uses them any more). */
+static void vub_fds_cb(struct loop_msg *m)
+{
+	struct vub_queue *q = container_of(m, struct vub_queue, fds_msg);
+
+	q->swapping = true;
+	vub_notifier_swap(&q->call, q->new_call_fd);
+	vub_notifier_swap(&q->err, q->new_err_fd);
+	vub_cancel_writes(q);
+	vub_maybe_fds_done(q);
+}
+
+static void vub_fds_done_cb(struct loop_msg *m)
+{
+	struct vub_queue *q = container_of(m, struct vub_queue, fds_done_msg);
+
+	vu_queue_fds_done(q->dev, q->idx);
 }
 
 static int vub_pool_alloc(struct vub_queue *q, unsigned num)
@@ -432,12 +624,12 @@ static int vub_queue_start(void *opaque, struct vu_dev *dev, unsigned idx)
 	q->dev = dev;
 	q->mem_faulted = vu_dev_mem_faulted(dev);
 	q->vr = &vq->vr;
-	q->call_fd = vq->call_fd;
-	q->err_fd = vq->err_fd;
+	q->call.fd = vq->call_fd;
+	q->err.fd = vq->err_fd;
+	q->call.again = q->err.again = false;
 	q->kick_h.fd = vq->kick_fd;
 	q->inflight = 0;
-	q->notify_pending = 0;
-	q->broken = q->starved = q->stopping = q->again_queued = false;
+	q->broken = q->starved = q->stopping = q->again_queued = q->swapping = false;
 	q->nresubmit = vring_inflight_heads(q->vr, q->resubmit, q->resubmit_cap);
 	loop_send(q->loop, &q->start_msg);
 	return 0;
@@ -449,6 +641,18 @@ static int vub_queue_stop(void *opaque, struct vu_dev *dev, unsigned idx)
 
 	(void)dev;
 	loop_send(e->queues[idx].loop, &e->queues[idx].stop_msg);
+	return 1;
+}
+
+static int vub_queue_set_fds(void *opaque, struct vu_dev *dev, unsigned idx)
+{
+	struct vub_export *e = opaque;
+	struct vub_queue *q = &e->queues[idx];
+	struct vu_vq *vq = vu_dev_vq(dev, idx);
+
+	q->new_call_fd = vq->call_fd;
+	q->new_err_fd = vq->err_fd;
+	loop_send(q->loop, &q->fds_msg);
 	return 1;
 }
 
@@ -507,6 +711,7 @@ static const struct vu_dev_ops vub_ops = {
 	.set_config = vub_set_config,
 	.queue_start = vub_queue_start,
 	.queue_stop = vub_queue_stop,
+	.queue_set_fds = vub_queue_set_fds,
 	.closed = vub_closed,
 };
 
@@ -603,6 +808,11 @@ static int vub_queues_init(struct vub_export *e, const struct vub_export_config 
 		q->start_msg.cb = vub_start_cb;
 		q->stop_msg.cb = vub_stop_cb;
 		q->stopped_msg.cb = vub_stopped_cb;
+		q->fds_msg.cb = vub_fds_cb;
+		q->fds_done_msg.cb = vub_fds_done_cb;
+		q->call = q->err = (struct vub_notifier){.fd = -1, .q = q};
+		q->call.op.cb = q->err.op.cb = vub_signal_done;
+		q->call.cancel_op.cb = q->err.cancel_op.cb = vub_cancel_done;
 	}
 	return 0;
 }

@@ -50,8 +50,10 @@ struct vu_dev {
 	int fds[VU_MAX_FDS];
 	unsigned nfds;
 
-	unsigned pending; /* queue stops not finished yet */
+	unsigned pending; /* queue stops and fd hand-overs not finished yet */
 	bool busy;        /* a handler waits for `pending` to reach 0 */
+	/* What runs when it has: NULL, the handler again (a stop), else this. */
+	int (*resume)(struct vu_dev *d, struct vu_reply *rep);
 	bool closing;
 };
 

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "export/vhost-user-int.h"
@@ -159,13 +160,19 @@ int vu_start_ready(struct vu_dev *d)
 	return 0;
 }
 
+static void vq_init_fds(struct vu_vq *vq)
+{
+	vq->kick_fd = vq->call_fd = vq->err_fd = vq->retired_fd = -1;
+}
+
 static void vq_reset(struct vu_vq *vq)
 {
 	close_fd(&vq->kick_fd);
 	close_fd(&vq->call_fd);
 	close_fd(&vq->err_fd);
+	close_fd(&vq->retired_fd);
 	memset(vq, 0, sizeof(*vq));
-	vq->kick_fd = vq->call_fd = vq->err_fd = -1;
+	vq_init_fds(vq);
 }
 
 /* ---- per-queue messages ------------------------------------------------------ */
@@ -263,6 +270,52 @@ static int h_get_vring_base(struct vu_dev *d, struct vu_reply *rep)
 	return 0;
 }
 
+/* The message carries "the eventfd". Another kind of fd (a pipe, a socket,
+ * a file on FUSE) could block the thread that reads or writes it: its type is
+ * checked, not trusted. Without /proc: an anonymous inode (eventfd, timerfd,
+ * signalfd, ...), none of which blocks a write or a RWF_NOWAIT read. */
+static bool fd_is_eventfd(int fd)
+{
+	char path[40], link[32];
+	struct stat st;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n >= 0) {
+		link[n] = '\0';
+		return !strcmp(link, "anon_inode:[eventfd]");
+	}
+	return fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == 0;
+}
+
+static int h_fds_handed_over(struct vu_dev *d, struct vu_reply *rep)
+{
+	(void)d;
+	(void)rep;
+	return 0;
+}
+
+/* A running queue's call or error fd: its thread may be writing the old one
+ * (or about to), so it gets the new one by message and the old one is closed
+ * only when the thread says it is done with it (vu_queue_fds_done). */
+static int vq_hand_over(struct vu_dev *d, unsigned idx, int *slot, bool nofd)
+{
+	struct vu_vq *vq = &d->vqs[idx];
+
+	if (vq->stopping)
+		return VU_ASYNC; /* handled again once stopped */
+	vq->retired_fd = *slot; /* one at a time: the socket waits meanwhile */
+	*slot = nofd ? -1 : vu_take_fd(d, 0);
+	if (d->ops->queue_set_fds(d->opaque, d, idx) <= 0) {
+		close_fd(&vq->retired_fd);
+		return 0;
+	}
+	d->pending++;
+	d->resume = h_fds_handed_over;
+	return VU_ASYNC;
+}
+
 /* SET_VRING_KICK/CALL/ERR: u64 with the index in bits 0-7 and the "no fd"
  * flag in bit 8. */
 static int h_set_vring_fd(struct vu_dev *d, int which)
@@ -274,18 +327,24 @@ static int h_set_vring_fd(struct vu_dev *d, int which)
 	int async, *slot;
 
 	if ((v & ~(uint64_t)(VHOST_USER_VRING_IDX_MASK | VHOST_USER_VRING_NOFD)) ||
-	    d->nfds != (nofd ? 0u : 1u))
+	    d->nfds != (nofd ? 0u : 1u) || idx >= d->num_queues)
 		return -EINVAL;
 	/* Polling instead of kicks is not supported. */
 	if (which == VHOST_USER_SET_VRING_KICK && nofd)
 		return -ENOTSUP;
-	vq = msg_vq(d, idx, which != VHOST_USER_SET_VRING_ERR, &async);
-	if (!vq)
+	if (!nofd && !fd_is_eventfd(d->fds[0])) {
+		log_warn("%s: queue %u: the fd is not an eventfd", d->name, idx);
 		return -EINVAL;
-	if (async)
-		return async;
+	}
+	vq = &d->vqs[idx];
 	slot = which == VHOST_USER_SET_VRING_KICK ? &vq->kick_fd :
 	       which == VHOST_USER_SET_VRING_CALL ? &vq->call_fd : &vq->err_fd;
+	if (which != VHOST_USER_SET_VRING_KICK && vq->running)
+		return vq_hand_over(d, idx, slot, nofd);
+	/* A new kick fd changes what the queue's loop watches: stop it first. */
+	msg_vq(d, idx, which == VHOST_USER_SET_VRING_KICK, &async);
+	if (async)
+		return async;
 	close_fd(slot);
 	if (!nofd)
 		*slot = vu_take_fd(d, 0);
@@ -714,24 +773,17 @@ static void vu_watch(struct vu_dev *d, bool on)
 	}
 }
 
-void vu_queue_stopped(struct vu_dev *d, unsigned idx)
+/* Run the waiting message again (what it waited for is done) or, after a
+ * hand-over, just finish it. */
+static void vu_resume(struct vu_dev *d)
 {
-	const struct vu_handler *h;
+	const struct vu_handler *h = msg_handler(d);
+	int (*fn)(struct vu_dev *d, struct vu_reply *rep) = d->resume ? d->resume : h->fn;
 	struct vu_reply rep = {.fd = -1};
 	int ret;
 
-	vq_stopped(d, &d->vqs[idx]);
-	if (--d->pending)
-		return;
-	if (d->closing) {
-		vu_finalize(d);
-		return;
-	}
-	if (!d->busy)
-		return;
-	/* Run the waiting message again: what it waited for has stopped. */
-	h = msg_handler(d);
-	ret = h->fn(d, &rep);
+	d->resume = NULL;
+	ret = fn(d, &rep);
 	if (ret == VU_ASYNC)
 		return;
 	d->busy = false;
@@ -741,6 +793,28 @@ void vu_queue_stopped(struct vu_dev *d, unsigned idx)
 		return;
 	}
 	vu_watch(d, true);
+}
+
+static void vu_pending_done(struct vu_dev *d)
+{
+	if (--d->pending)
+		return;
+	if (d->closing)
+		vu_finalize(d);
+	else if (d->busy)
+		vu_resume(d);
+}
+
+void vu_queue_stopped(struct vu_dev *d, unsigned idx)
+{
+	vq_stopped(d, &d->vqs[idx]);
+	vu_pending_done(d);
+}
+
+void vu_queue_fds_done(struct vu_dev *d, unsigned idx)
+{
+	close_fd(&d->vqs[idx].retired_fd);
+	vu_pending_done(d);
 }
 
 /* ---- life cycle ------------------------------------------------------------------- */
@@ -762,7 +836,7 @@ int vu_dev_new(const struct vu_dev_config *cfg, int fd, struct vu_dev **out)
 	d->num_queues = cfg->num_queues;
 	snprintf(d->name, sizeof(d->name), "%s", cfg->name ? cfg->name : "vhost-user");
 	for (i = 0; i < d->num_queues; i++)
-		d->vqs[i].kick_fd = d->vqs[i].call_fd = d->vqs[i].err_fd = -1;
+		vq_init_fds(&d->vqs[i]);
 	vu_watch(d, true);
 	if (!d->watching)
 		goto fail;

@@ -7,8 +7,12 @@
  * THREADING RULE: a struct vu_dev and its messages live on the control loop
  * (normally the main loop). A struct vu_vq belongs to the control thread while
  * the queue is stopped; between ops->queue_start() and the matching
- * vu_queue_stopped() the device's thread owns vq->vr and only reads the fds.
- * The memory table and the inflight mapping only change while no queue runs. */
+ * vu_queue_stopped() the device's thread owns vq->vr and uses the fds it was
+ * given. An fd the device may be using is never closed (nor its number
+ * reused) before the device says it is done with it: a running queue's kick
+ * fd changes only after a stop; its call and error fds are handed over with
+ * ops->queue_set_fds() and the old ones closed at vu_queue_fds_done(). The
+ * memory table and the inflight mapping only change while no queue runs. */
 #ifndef IOPLANE_VHOST_USER_H
 #define IOPLANE_VHOST_USER_H
 
@@ -128,7 +132,8 @@ struct vu_inflight_msg {
 
 struct vu_vq {
 	struct vring vr;
-	int kick_fd, call_fd, err_fd; /* -1: none */
+	int kick_fd, call_fd, err_fd; /* -1: none; always eventfds */
+	int retired_fd; /* call or error fd handed over, closed once the device is done */
 	uint64_t desc_uva, avail_uva, used_uva;
 	bool have_addr;
 	bool enabled;   /* SET_VRING_ENABLE */
@@ -149,6 +154,10 @@ struct vu_dev_ops {
 	 * will call vu_queue_stopped() later on the control thread (after its
 	 * in-flight requests have finished and been put on the used ring). */
 	int (*queue_stop)(void *opaque, struct vu_dev *dev, unsigned idx);
+	/* vq->call_fd or vq->err_fd of a running queue changed: use the new
+	 * ones. 0: done at once; 1: the device calls vu_queue_fds_done() on the
+	 * control thread once it no longer uses the old ones. */
+	int (*queue_set_fds)(void *opaque, struct vu_dev *dev, unsigned idx);
 	/* The connection is gone and every queue stopped; the device may free
 	 * the struct vu_dev with vu_dev_free() from here. */
 	void (*closed)(void *opaque, struct vu_dev *dev);
@@ -170,6 +179,7 @@ void vu_dev_free(struct vu_dev *d);
 struct vu_vq *vu_dev_vq(struct vu_dev *d, unsigned idx);
 uint64_t vu_dev_features(const struct vu_dev *d); /* negotiated */
 void vu_queue_stopped(struct vu_dev *d, unsigned idx);
+void vu_queue_fds_done(struct vu_dev *d, unsigned idx);
 /* Becomes non-zero (from any thread) when a file the front-end gave us was
  * shrunk under our mapping; the device's queues must stop. */
 atomic_int *vu_dev_mem_faulted(struct vu_dev *d);
