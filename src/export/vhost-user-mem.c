@@ -1,8 +1,8 @@
 /* vhost-user guest memory and inflight area: SET_MEM_TABLE, ADD_MEM_REG,
  * REM_MEM_REG, GET_MAX_MEM_SLOTS, GET_INFLIGHT_FD, SET_INFLIGHT_FD. Regions
  * are mapped whole (from file offset 0, so that hugetlbfs alignment holds)
- * after checking that the file really is that large: touching a mapping past
- * the end of its file would kill the daemon with SIGBUS. The front-end may
+ * after checking that the file really is that large (touching a mapping past
+ * the end of its file would kill the daemon with SIGBUS) and not on FUSE. The front-end may
  * still shrink the file later, so every mapping is also guarded (mapguard.h):
  * a fault then reads zero pages and stops the device's queues.
  *
@@ -13,23 +13,34 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "export/vhost-user-int.h"
+#include "util/log.h"
 #include "util/mapguard.h"
 
 #define VU_INFLIGHT_MAX (64ull << 20)
 
-/* The file behind fd holds at least `len` bytes (regular files only). */
+/* The file behind fd holds at least `len` bytes (regular files only), and
+ * touching its pages never waits for another process: on FUSE a page fault
+ * in our mapping waits for the file system's server, which the front-end
+ * may run, and stop; the queue's iothread would hang with every client on it. */
 static int fd_covers(int fd, uint64_t len)
 {
+	struct statfs sfs;
 	struct stat st;
 
-	if (fstat(fd, &st) < 0)
+	if (fstat(fd, &st) < 0 || fstatfs(fd, &sfs) < 0)
 		return -errno;
 	if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size < len)
 		return -EINVAL;
+	if (sfs.f_type == FUSE_SUPER_MAGIC) {
+		log_warn("vhost-user: refusing guest memory in a file on FUSE");
+		return -EPERM;
+	}
 	return 0;
 }
 
