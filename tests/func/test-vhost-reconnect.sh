@@ -16,6 +16,28 @@ blocks=$((32 * 1024 * 1024 / 4096 - 1))
 serve_args=(--iothreads 2 --image d,file="$img"
 	--vhost-user-blk unix="$sock",image=d,num-queues=4,writable=on)
 
+# wait_first_write IMG PATTERN PID: wait (bounded) until block 0 of IMG holds what
+# `bench -w --verify --pattern PATTERN` writes there, while PID runs.
+wait_first_write() {
+	local i
+	for ((i = 0; i < 3000; i++)); do
+		python3 - "$1" "$2" <<'PY' && return 0
+import struct, sys
+with open(sys.argv[1], 'rb') as f:
+    w = struct.unpack('<Q', f.read(8))[0]
+sys.exit(w != int(sys.argv[2]) * 0x0101010101010101)
+PY
+		kill -0 "$3" 2>/dev/null || fail "the front-end exited before its first write"
+		sleep 0.01
+	done
+	fail "no write of the front-end in the image after 3000 looks"
+}
+
+# proc_state PID: the state letter of PID (R, S, T, Z, ...).
+proc_state() {
+	sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1
+}
+
 vhost_serve "$sock" "${serve_args[@]}"
 pid=$VHOST_PID
 
@@ -37,12 +59,16 @@ vhost_bench --vhost-user "$sock" --num-queues 3 -d 8 -c $blocks --verify --patte
 vhost_check_file "$img" 42 $blocks 4096
 echo "front-end killed, a new one attached: ok"
 
-# 3. Kill the daemon mid-run and start it again; the front-end rides it out.
+# 3. Kill the daemon mid-run and start it again; the front-end rides it out. Once the
+# front-end's first write is in the image the daemon is frozen (SIGSTOP), so that the
+# front-end cannot finish before the daemon is killed with requests in flight.
 "$IOPLANE" bench --vhost-user "$sock" --num-queues 4 -d 32 -c $((blocks * 20)) -w --verify \
 	--pattern 43 --reconnect -q &
 bpid=$!
-sleep 0.5
-kill -0 "$bpid" 2>/dev/null || fail "the front-end finished before the daemon was killed"
+wait_first_write "$img" 43 "$bpid"
+kill -STOP "$pid"
+kill -0 "$bpid" 2>/dev/null && [ "$(proc_state "$bpid")" != Z ] ||
+	fail "the front-end finished before the daemon was frozen"
 kill -KILL "$pid"
 wait "$pid" 2>/dev/null || true
 vhost_serve "$sock" "${serve_args[@]}"
