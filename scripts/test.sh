@@ -4,11 +4,12 @@
 #   scripts/test.sh [--quick] [FILTER]
 #
 # Installs missing Debian packages (scripts/deps.sh test), builds build/
-# (normal), build-asan/ (ASan+UBSan) and build-clang/ (clang, compile only),
-# then runs, for build/ and build-asan/: every unit test executable once per
-# loop backend (io_uring, epoll), every tests/func/*.sh and *.py once, and
-# tests/fuzz/replay.sh if present. A test passes with exit 0, is skipped with
-# exit 77 (it prints why), and fails otherwise. Logs: build*/test-logs/.
+# (normal), build-asan/ (ASan+UBSan), build-clang/ (clang, compile only) and
+# build-release/ (-O3, NDEBUG, compile only), then runs, for build/ and
+# build-asan/: every unit test executable once per loop backend (io_uring,
+# epoll), every tests/func/*.sh and *.py once, and tests/fuzz/replay.sh if
+# present. A test passes with exit 0, is skipped with exit 77 (it prints
+# why), and fails otherwise. Logs: build*/test-logs/.
 # --quick: build/ only. FILTER: run only tests whose name contains it.
 # Needs no stdin; run as root on a fresh Debian 12 to get the packages too.
 set -uo pipefail
@@ -18,7 +19,7 @@ FUNC_TIMEOUT=900
 BACKENDS=(uring epoll)
 
 usage() {
-	sed -n '4,13s/^# \{0,1\}//p' "$0"
+	sed -n '4,15s/^# \{0,1\}//p' "$0"
 	exit "$1"
 }
 
@@ -253,6 +254,12 @@ if [ $quick -eq 0 ]; then
 			report SKIP clang-build build-clang "$(now_us)" /dev/null \
 				"clang not installed"
 		fi
+	fi
+	# What a packager builds: -O3 finds other maybe-uninitialized paths,
+	# and NDEBUG drops the asserts (and anything they would have used).
+	if matches release-build; then
+		build release-build build-release --buildtype=release -Db_ndebug=true \
+			-Db_sanitize=none -Db_lundef=true
 	fi
 fi
 

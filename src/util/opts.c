@@ -321,7 +321,7 @@ static int size_fraction(uint64_t frac, int digits, int shift, uint64_t *out)
 
 int parse_size(const char *s, uint64_t *out)
 {
-	uint64_t whole, frac = 0, fbytes = 0, v;
+	uint64_t whole = 0, frac = 0, fbytes = 0, v;
 	const char *p = s, *f;
 	int ret, shift, digits = 0;
 
