@@ -64,6 +64,9 @@ struct serve {
 	struct loop_fd sig_h;
 	struct loop_timer drain_timer;
 	bool stopping;
+	/* Exports are being freed and images flushed: blk_flush_sync() runs
+	 * the main loop, whose signal handler must then leave them alone. */
+	bool tearing_down;
 	char err[512];
 };
 
@@ -593,6 +596,10 @@ static void begin_shutdown(struct serve *sv, int sig)
 {
 	unsigned i;
 
+	if (sv->tearing_down) {
+		log_warn("%s: already flushing and closing the images", strsignal(sig));
+		return;
+	}
 	if (sv->stopping) {
 		log_warn("%s again: dropping the remaining connections", strsignal(sig));
 		abort_all(sv);
@@ -672,6 +679,7 @@ static int write_pidfile(const char *path)
 
 static void serve_teardown(struct serve *sv, bool pidfile_written, int *status)
 {
+	sv->tearing_down = true;
 	/* Iothreads first: every message they were sent has run once joined. */
 	stop_iothreads(sv);
 	serve_vhost_free(sv->vhost);

@@ -7,7 +7,10 @@
  * Lifetime: refs = 1 while the socket is open + 1 per request taken from the
  * connection's pool; the connection is freed when it drops to zero (from its
  * flush hook if that is still queued), so a client that vanishes mid-request
- * leaves its requests to complete normally.
+ * leaves its requests to complete normally. Code that may drop the last
+ * reference and then still touch the connection holds one of its own: the
+ * socket and event callbacks, and nbd_conn_drain(), which the server's drain
+ * message calls with none.
  *
  * Threading: everything here runs on conn->loop's thread. */
 #include <errno.h>
@@ -155,6 +158,10 @@ void nbd_conn_drain(struct nbd_conn *c)
 		nbd_conn_close(c, NULL);
 		return;
 	}
+	/* Releasing the half-received write may close the connection and drop
+	 * the socket's reference, and the drain message that calls us holds
+	 * none: keep the connection alive until we are done with it. */
+	nbd_conn_get(c);
 	c->state = NBD_CONN_DRAIN;
 	if (c->cur) { /* its payload will never arrive */
 		r = c->cur;
@@ -164,6 +171,7 @@ void nbd_conn_drain(struct nbd_conn *c)
 	conn_set_events(c);
 	if (c->busy == 0)
 		conn_idle(c);
+	nbd_conn_put(c);
 }
 
 /* ---- output ------------------------------------------------------------- */
@@ -490,8 +498,10 @@ int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop,
 	c->pprev = &slot->conns;
 	slot->conns = c;
 	loop_timer_arm(loop, &c->timer, loop_now_ns() + NBD_HANDSHAKE_NS);
-	conn_set_events(c);
+	/* A failure to watch the socket closes the connection: the flush hook
+	 * queued first frees it then, after this function is done with it. */
 	nbd_conn_kick(c);
+	conn_set_events(c);
 	return 0;
 
 fail:
