@@ -1,11 +1,13 @@
 /* `ioplane serve`: the daemon. Opens images (--image), starts iothreads,
  * serves exports over NBD (--nbd), and on SIGTERM/SIGINT stops accepting,
  * lets in-flight requests finish, flushes and closes the images, exits 0.
+ * SIGHUP, SIGUSR1, SIGUSR2 and the other signals that would kill it without
+ * a flush are logged and otherwise ignored; SIGPIPE is ignored.
  *
  * Threading: the main thread parses, opens images, runs the main loop
  * (accept, signals, shutdown) and tears down; connections live on the
- * iothreads. SIGTERM/SIGINT are blocked in every thread and read from a
- * signalfd on the main loop. */
+ * iothreads. The handled signals are blocked in every thread and read from
+ * a signalfd on the main loop. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -21,6 +23,7 @@
 
 #include "block/block.h"
 #include "cmd/cmd.h"
+#include "cmd/pidfile.h"
 #include "cmd/serve-vhost.h"
 #include "export/nbd-server.h"
 #include "loop/iothread.h"
@@ -50,6 +53,7 @@ struct serve {
 	unsigned niothreads, max_conns;
 	int64_t poll_max_ns; /* iothreads' adaptive polling limit (-1: default) */
 	const char *pidfile;
+	struct pidfile pf; /* locked from start-up to exit */
 	char **image_args, **nbd_args, **vhost_args;
 	unsigned nimages, nnbd, nvhost;
 	struct serve_vhost *vhost; /* --vhost-user-blk exports (serve-vhost.c) */
@@ -85,6 +89,8 @@ static void serve_usage(FILE *f)
 		"\n"
 		"Serves disk images over NBD and vhost-user-blk until SIGTERM or SIGINT, then\n"
 		"finishes the requests in flight, flushes, closes the images and exits 0.\n"
+		"SIGHUP, SIGUSR1, SIGUSR2, SIGALRM and SIGPIPE are logged or ignored; they do\n"
+		"not stop the daemon.\n"
 		"\n"
 		"  --image SPEC           open an image (several allowed); ID names it\n"
 		"  --nbd SPEC             export an image over NBD (several allowed; exports\n"
@@ -100,7 +106,9 @@ static void serve_usage(FILE *f)
 		"  --poll-max-ns NS       iothreads busy-poll up to NS before sleeping (adaptive;\n"
 		"                         default 32768, 0 turns polling off)\n"
 		"  --max-connections N    connections per listening address (default: no limit)\n"
-		"  --pidfile FILE         write the process ID there once listening\n"
+		"  --pidfile FILE         write the process ID there once listening; the file\n"
+		"                         is locked for the daemon's life (a second instance\n"
+		"                         on it is refused) and removed at exit\n"
 		"  -v, --verbose          log debug messages    -q, --quiet   log errors only\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -617,23 +625,42 @@ static void begin_shutdown(struct serve *sv, int sig)
 		nbd_server_drain(sv->servers[i], server_drained, sv);
 }
 
+/* Signals whose default action ends the process without a flush, which a
+ * user, a terminal or a service manager may send: logged, never fatal.
+ * SIGHUP is the one that will reopen log files once there are any. */
+static const int ignored_signals[] = {
+	SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
+};
+
 static void signal_cb(struct loop_fd *h, uint32_t revents)
 {
 	struct serve *sv = (struct serve *)((char *)h - offsetof(struct serve, sig_h));
 	struct signalfd_siginfo si;
 
 	(void)revents;
-	while (read(h->fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-		begin_shutdown(sv, (int)si.ssi_signo);
+	while (read(h->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		int sig = (int)si.ssi_signo;
+
+		if (sig == SIGTERM || sig == SIGINT)
+			begin_shutdown(sv, sig);
+		else
+			log_info("%s (signal %d from process %u): ignored", strsignal(sig), sig,
+				 si.ssi_pid);
+	}
 }
 
 static void block_signals(sigset_t *set)
 {
+	size_t i;
+
 	sigemptyset(set);
 	sigaddset(set, SIGTERM);
 	sigaddset(set, SIGINT);
+	for (i = 0; i < sizeof(ignored_signals) / sizeof(ignored_signals[0]); i++)
+		sigaddset(set, ignored_signals[i]);
 	/* Before any thread starts, so that every thread inherits the mask. */
 	pthread_sigmask(SIG_BLOCK, set, NULL);
+	/* Sockets are written with MSG_NOSIGNAL; this covers every other fd. */
 	signal(SIGPIPE, SIG_IGN);
 }
 
@@ -654,30 +681,10 @@ static int setup_signals(struct serve *sv, const sigset_t *set)
 	return -1;
 }
 
-static int write_pidfile(const char *path)
-{
-	char buf[32];
-	int fd, n;
-
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		log_err("--pidfile %s: %s", path, strerror(errno));
-		return 1;
-	}
-	n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
-	if (write(fd, buf, (size_t)n) != n) {
-		log_err("--pidfile %s: %s", path, strerror(errno));
-		close(fd);
-		unlink(path);
-		return 1;
-	}
-	close(fd);
-	return -1;
-}
 
 /* ---- main --------------------------------------------------------------- */
 
-static void serve_teardown(struct serve *sv, bool pidfile_written, int *status)
+static void serve_teardown(struct serve *sv, int *status)
 {
 	sv->tearing_down = true;
 	/* Iothreads first: every message they were sent has run once joined. */
@@ -689,8 +696,7 @@ static void serve_teardown(struct serve *sv, bool pidfile_written, int *status)
 		loop_fd_del(sv->main_loop, &sv->sig_h);
 		close(sv->sig_h.fd);
 	}
-	if (pidfile_written)
-		unlink(sv->pidfile);
+	pidfile_release(&sv->pf);
 	loop_free(sv->main_loop);
 }
 
@@ -703,7 +709,6 @@ static struct blk_node *vhost_find_image(void *ctx, const char *id)
 
 static int serve_run(struct serve *sv, const sigset_t *set)
 {
-	bool pidfile_written = false;
 	int status;
 
 	if (loop_new(NULL, &sv->main_loop) < 0) {
@@ -711,7 +716,14 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 		return 1;
 	}
 	loop_bind_current(sv->main_loop);
-	status = open_images(sv);
+	/* Before anything else: a second instance must not open the images. */
+	status = -1;
+	if (sv->pidfile && pidfile_lock(&sv->pf, sv->pidfile, sv->err, sizeof(sv->err)) < 0) {
+		fprintf(stderr, "ioplane serve: %s\n", sv->err);
+		status = 1;
+	}
+	if (status < 0)
+		status = open_images(sv);
 	if (status < 0)
 		status = start_iothreads(sv);
 	if (status < 0)
@@ -721,9 +733,9 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 					   sv->main_loop, sv->loops, sv->nthreads, &sv->vhost);
 	if (status < 0)
 		status = setup_signals(sv, set);
-	if (status < 0 && sv->pidfile) {
-		status = write_pidfile(sv->pidfile);
-		pidfile_written = status < 0;
+	if (status < 0 && sv->pidfile && pidfile_write(&sv->pf, sv->err, sizeof(sv->err)) < 0) {
+		log_err("%s", sv->err);
+		status = 1;
 	}
 	if (status < 0) {
 		/* Connections are accepted from here on, by the main loop. */
@@ -732,7 +744,7 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 		loop_run(sv->main_loop);
 		status = 0;
 	}
-	serve_teardown(sv, pidfile_written, &status);
+	serve_teardown(sv, &status);
 	return status;
 }
 
@@ -745,6 +757,7 @@ int cmd_serve(int argc, char **argv)
 	if (!sv)
 		return 1;
 	sv->sig_h.fd = -1;
+	sv->pf.fd = -1;
 	sv->poll_max_ns = -1;
 	status = serve_parse(sv, argc, argv);
 	if (status < 0) {
