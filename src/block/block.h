@@ -1,8 +1,11 @@
 /* Block layer: requests, nodes, drivers.
  *
- * A node is an opened image layer (format node -> protocol node through
- * `next`). A request is submitted to a node with blk_submit(); the core checks
- * it once (range, alignment, read-only, flags) and hands it to the driver.
+ * A node is an opened image layer. Nodes form a graph: each node has
+ * children with roles (a format node's `file`, a qcow2 node's `backing` and
+ * `data-file`), and everything that visits a stack (close, detach, flush,
+ * probes) goes through the children. A request is submitted to a node with
+ * blk_submit(); the core checks it once (range, alignment, read-only, flags)
+ * and hands it to the driver.
  *
  * Async contract: blk_submit() returns 0 and later calls req->cb exactly once,
  * never from inside blk_submit(); or it returns -errno and never calls it.
@@ -101,10 +104,12 @@ struct blk_request {
 
 struct blk_driver {
 	const char *name;
-	bool is_format; /* sits on a `next` node */
+	bool is_format; /* sits on a `file` child (bs->next) */
 	/* Parse options, open, fill bs->size, bs->align etc. Return 0/-errno and
 	 * put a human message into err. */
 	int (*open)(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen);
+	/* Release the driver's state. The children are still open (metadata
+	 * may be written to them); the core closes them afterwards. */
 	void (*close)(struct blk_node *bs);
 	/* Called by the core after validation; same async contract as blk_submit.
 	 * Finish with blk_complete() or blk_complete_deferred(); use bs (not
@@ -113,7 +118,8 @@ struct blk_driver {
 	 * NO_FALLBACK. The core may resubmit a finished request (FUA flush). */
 	int (*submit)(struct blk_node *bs, struct blk_request *req);
 	int (*truncate)(struct blk_node *bs, uint64_t size); /* synchronous, main thread */
-	/* Release per-thread state for a loop that is going away. */
+	/* Release per-thread state for a loop that is going away (the core
+	 * calls it on every node of the graph). */
 	void (*detach_loop)(struct blk_node *bs, struct loop *loop);
 	/* Capability probes (NULL = false), asked once at open (bs->has_*). */
 	bool (*can_discard)(struct blk_node *bs);
@@ -136,9 +142,26 @@ struct blk_stats {
 	uint64_t in_flight;
 };
 
+/* Child roles (static strings; compare with strcmp). */
+#define BLK_ROLE_FILE      "file"      /* the node a format driver forwards to */
+#define BLK_ROLE_BACKING   "backing"   /* qcow2: unallocated clusters read from here */
+#define BLK_ROLE_DATA_FILE "data-file" /* qcow2: guest data outside the image file */
+#define BLK_MAX_CHILDREN   4
+
+struct blk_child {
+	const char *role;      /* BLK_ROLE_* */
+	struct blk_node *node; /* owned by the parent: closed with it */
+};
+
 struct blk_node {
 	const struct blk_driver *drv;
-	struct blk_node *next;   /* child (format -> protocol) */
+	/* The `file` child (NULL: none), cached so that forwarding a request
+	 * costs one load. */
+	struct blk_node *next;
+	/* Every child, `file` first. Changed on the main thread only, at open
+	 * (blk_add_child) and while no request is in flight. */
+	struct blk_child children[BLK_MAX_CHILDREN];
+	unsigned nchildren;
 	char *name;
 	void *opaque;            /* driver state */
 	uint64_t size;           /* bytes */
@@ -188,11 +211,31 @@ int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errl
  * "null:size=SIZE[,...]" ; fmt may be NULL (raw). extra: more options (may be NULL). */
 int blk_open_target(const char *target, const char *fmt, const char *extra,
                     struct blk_node **out, char *err, size_t errlen);
-/* Close the whole stack (bs and its `next` chain). Format drivers' close()
- * must not close `next`. */
+/* Close bs: its driver's close(), then every child (recursively), then the
+ * node itself. Drivers never close their children. NULL: nothing. */
 void blk_close(struct blk_node *bs);
-/* Tell every driver in the stack that `loop` is going away (detach_loop). */
+/* Tell every driver in the graph under bs that `loop` is going away
+ * (detach_loop), from the loop's own thread. */
 void blk_detach_loop(struct blk_node *bs, struct loop *loop);
+
+/* The graph (main thread, no request in flight). blk_add_child: bs owns
+ * child from now on; the `file` child goes first and into bs->next; drivers
+ * call it from open() for the nodes they open themselves (qcow2: backing,
+ * data-file). -ENOSPC past BLK_MAX_CHILDREN. */
+int blk_add_child(struct blk_node *bs, const char *role, struct blk_node *child);
+/* The child with that role, or NULL. */
+struct blk_node *blk_child(const struct blk_node *bs, const char *role);
+/* Remove the child with that role from bs and hand it to the caller. */
+struct blk_node *blk_take_child(struct blk_node *bs, const char *role);
+/* Call fn on bs and on every node below it, parents first; stops at the
+ * first non-zero return, which it returns. */
+int blk_walk(struct blk_node *bs, int (*fn)(struct blk_node *bs, void *opaque), void *opaque);
+/* Flush bs and every writable node below it (a shutdown or close flush):
+ * the first error, or 0. Synchronous, like blk_flush_sync(). */
+int blk_flush_tree_sync(struct blk_node *bs);
+/* True when every writable child of bs can_multi_conn: for format drivers'
+ * can_multi_conn probe. */
+bool blk_children_can_multi_conn(struct blk_node *bs);
 
 /* Submit from a loop thread. Checks, each failing with -errno and no callback:
  *   op unknown or a flag not allowed for it (FUA: write, write-zeroes;

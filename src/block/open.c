@@ -1,7 +1,9 @@
 /* Opening and closing node stacks from key=value options: a protocol node
- * (driver=file|null) and, when asked for or implied, a format node on top.
+ * (driver=file|null) and, when asked for or implied, a format node on top;
+ * the node graph (children with roles) and the walkers that go through it.
  *
- * Threading: main thread, with no request in flight on the stack. */
+ * Threading: main thread, with no request in flight on the stack, except
+ * blk_detach_loop(), which runs on the loop that is going away. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,11 @@ static bool open_probe(bool (*probe)(struct blk_node *bs), struct blk_node *bs)
 
 static void blk_node_free(struct blk_node *bs)
 {
+	unsigned i;
+
+	/* Children a driver registered before its open() failed. */
+	for (i = bs->nchildren; i-- > 0;)
+		blk_close(bs->children[i].node);
 	blk_stats_free(bs);
 	blk_track_free(bs);
 	free(bs->name);
@@ -65,13 +72,15 @@ static int open_node(const struct blk_driver *drv, struct blk_node *next, struct
 		return -ENOMEM;
 	}
 	bs->drv = drv;
-	bs->next = next;
 	bs->align = 1;
 	bs->mem_align = 1;
 	bs->read_only = c->read_only;
 	bs->discard_ignore = c->discard_ignore;
+	if (next)
+		blk_add_child(bs, BLK_ROLE_FILE, next); /* the first child: cannot fail */
 	ret = drv->open(bs, opts, err, errlen);
 	if (ret) {
+		blk_take_child(bs, BLK_ROLE_FILE); /* still the caller's to close */
 		blk_node_free(bs);
 		return ret;
 	}
@@ -98,12 +107,17 @@ static int open_find(const char *name, bool format, const struct blk_driver **ou
 	return 0;
 }
 
+static int open_track_init(struct blk_node *bs, void *opaque)
+{
+	(void)opaque;
+	return blk_track_init(bs);
+}
+
 /* After the drivers: request-alignment, leftover options, overlap lists. */
 static int open_finish(struct blk_node *top, struct kv_opts *opts, const struct open_common *c,
 		       char *err, size_t errlen)
 {
 	const char *unused = kv_first_unused(opts);
-	struct blk_node *bs;
 
 	if (unused) {
 		snprintf(err, errlen, "unknown option '%s'", unused);
@@ -111,11 +125,9 @@ static int open_finish(struct blk_node *top, struct kv_opts *opts, const struct 
 	}
 	if (c->req_align > top->align)
 		top->align = (uint32_t)c->req_align;
-	for (bs = top; bs; bs = bs->next) {
-		if (blk_track_init(bs)) {
-			snprintf(err, errlen, "out of memory");
-			return -ENOMEM;
-		}
+	if (blk_walk(top, open_track_init, NULL)) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
 	}
 	return 0;
 }
@@ -207,19 +219,107 @@ int blk_open_target(const char *target, const char *fmt, const char *extra, stru
 
 void blk_close(struct blk_node *bs)
 {
-	while (bs) {
-		struct blk_node *next = bs->next;
+	if (!bs)
+		return;
+	if (bs->drv->close)
+		bs->drv->close(bs);
+	blk_node_free(bs); /* and the children */
+}
 
-		if (bs->drv->close)
-			bs->drv->close(bs);
-		blk_node_free(bs);
-		bs = next;
+/* ---- the graph ---------------------------------------------------------- */
+
+int blk_add_child(struct blk_node *bs, const char *role, struct blk_node *child)
+{
+	unsigned i = bs->nchildren;
+
+	if (i == BLK_MAX_CHILDREN)
+		return -ENOSPC;
+	if (!strcmp(role, BLK_ROLE_FILE)) {
+		memmove(&bs->children[1], &bs->children[0], i * sizeof(bs->children[0]));
+		i = 0;
+		bs->next = child;
 	}
+	bs->children[i] = (struct blk_child){.role = role, .node = child};
+	bs->nchildren++;
+	return 0;
+}
+
+struct blk_node *blk_child(const struct blk_node *bs, const char *role)
+{
+	unsigned i;
+
+	for (i = 0; i < bs->nchildren; i++)
+		if (!strcmp(bs->children[i].role, role))
+			return bs->children[i].node;
+	return NULL;
+}
+
+struct blk_node *blk_take_child(struct blk_node *bs, const char *role)
+{
+	struct blk_node *child;
+	unsigned i;
+
+	for (i = 0; i < bs->nchildren && strcmp(bs->children[i].role, role); i++)
+		;
+	if (i == bs->nchildren)
+		return NULL;
+	child = bs->children[i].node;
+	memmove(&bs->children[i], &bs->children[i + 1],
+		(bs->nchildren - i - 1) * sizeof(bs->children[0]));
+	bs->nchildren--;
+	if (bs->next == child)
+		bs->next = NULL;
+	return child;
+}
+
+int blk_walk(struct blk_node *bs, int (*fn)(struct blk_node *bs, void *opaque), void *opaque)
+{
+	unsigned i;
+	int ret = fn(bs, opaque);
+
+	for (i = 0; !ret && i < bs->nchildren; i++)
+		ret = blk_walk(bs->children[i].node, fn, opaque);
+	return ret;
+}
+
+static int detach_one(struct blk_node *bs, void *loop)
+{
+	if (bs->drv->detach_loop)
+		bs->drv->detach_loop(bs, loop);
+	return 0;
 }
 
 void blk_detach_loop(struct blk_node *bs, struct loop *loop)
 {
-	for (; bs; bs = bs->next)
-		if (bs->drv->detach_loop)
-			bs->drv->detach_loop(bs, loop);
+	blk_walk(bs, detach_one, loop);
+}
+
+/* Parents first: a format node's flush writes its metadata into the
+ * children, whose own flush then finds nothing left, or what it missed. */
+int blk_flush_tree_sync(struct blk_node *bs)
+{
+	unsigned i;
+	int ret, r;
+
+	if (bs->read_only)
+		return 0;
+	ret = blk_flush_sync(bs);
+	for (i = 0; i < bs->nchildren; i++) {
+		r = blk_flush_tree_sync(bs->children[i].node);
+		ret = ret < 0 ? ret : r;
+	}
+	return ret;
+}
+
+bool blk_children_can_multi_conn(struct blk_node *bs)
+{
+	unsigned i;
+
+	for (i = 0; i < bs->nchildren; i++) {
+		struct blk_node *c = bs->children[i].node;
+
+		if (!c->read_only && !blk_can_multi_conn(c))
+			return false;
+	}
+	return true;
 }

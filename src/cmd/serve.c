@@ -317,7 +317,8 @@ static void close_images(struct serve *sv, int *status)
 	for (i = 0; sv->images && i < sv->nimages; i++) {
 		struct serve_image *img = &sv->images[i];
 
-		if (img->bs && !img->bs->read_only && blk_flush_sync(img->bs) < 0) {
+		/* Every writable node of the graph: a qcow2 node's data file too. */
+		if (img->bs && blk_flush_tree_sync(img->bs) < 0) {
 			log_err("image %s: flush failed", img->id);
 			*status = 1;
 		}
@@ -546,7 +547,8 @@ static int start_iothreads(struct serve *sv)
 	return -1;
 }
 
-/* On each iothread before it goes: drivers drop their per-thread state. */
+/* On each iothread before it goes: drivers drop their per-thread state, in
+ * every node of each image's graph (backing and data-file nodes too). */
 static void detach_images(void *arg)
 {
 	struct serve *sv = arg;

@@ -541,11 +541,10 @@ static void fz_verify(const uint8_t *img, size_t len, uint8_t cfg)
 /* Close bs, keeping a copy of the file it leaves (NULL: out of memory). */
 static uint8_t *fz_close_keep(struct blk_node *bs, size_t *len)
 {
-	struct blk_node *file = bs->next;
+	struct blk_node *file = blk_take_child(bs, BLK_ROLE_FILE);
 	struct fz_ram *r = file->opaque;
 	uint8_t *copy;
 
-	bs->next = NULL;
 	blk_close(bs);
 	copy = malloc(r->size ? r->size : 1);
 	if (copy)

@@ -6,6 +6,10 @@
  * in the image nor given with backing-format= is refused, so that a guest
  * cannot turn a raw backing file into a qcow2 image pointing at host files.
  *
+ * Both are children of the qcow2 node (roles `backing`, `data-file`): the
+ * core closes them after qcow2's close, and its walkers (detach, flush)
+ * reach them.
+ *
  * Threading: open/close on the main thread; reads in request coroutines. */
 #include <errno.h>
 #include <stdio.h>
@@ -102,6 +106,13 @@ int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t 
 		snprintf(err, errlen, "qcow2: cannot open backing file '%s': %s", name, sub);
 		return ret;
 	}
+	ret = blk_add_child(s->bs, BLK_ROLE_BACKING, s->backing);
+	if (ret) {
+		blk_close(s->backing);
+		s->backing = NULL;
+		snprintf(err, errlen, "qcow2: too many children");
+		return ret;
+	}
 	s->backing_size = s->backing->size;
 	return 0;
 }
@@ -137,18 +148,22 @@ int qc_data_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t err
 		snprintf(err, errlen, "qcow2: cannot open data file '%s': %s", name, sub);
 		return ret;
 	}
+	ret = blk_add_child(s->bs, BLK_ROLE_DATA_FILE, s->data);
+	if (ret) {
+		blk_close(s->data);
+		s->data = NULL;
+		snprintf(err, errlen, "qcow2: too many children");
+		return ret;
+	}
 	s->data_external = true;
 	s->data_size = s->data->size;
 	s->data_fresh_from = qc_align_up(s->data->size, s->cluster_size);
 	return 0;
 }
 
+/* The nodes themselves are the core's to close: they are children. */
 void qc_backing_close(struct qc_state *s)
 {
-	if (s->backing)
-		blk_close(s->backing);
-	if (s->data_external && s->data)
-		blk_close(s->data);
 	s->backing = NULL;
 	s->data = NULL;
 	s->data_external = false;

@@ -663,9 +663,11 @@ static bool qc_can_true(struct blk_node *bs)
 	return true;
 }
 
+/* A flush covers every thread's writes if it does in the image file and in
+ * the data file. */
 static bool qc_can_multi_conn(struct blk_node *bs)
 {
-	return blk_can_multi_conn(bs->next);
+	return blk_children_can_multi_conn(bs);
 }
 
 const struct blk_driver blk_drv_qcow2 = {

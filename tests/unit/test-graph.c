@@ -1,0 +1,230 @@
+/* Unit tests for the node graph: children with roles (file, backing,
+ * data-file) and the walkers that must reach every one of them (close,
+ * detach_loop, the shutdown flush, multi-conn, the failure path of open).
+ * A test format driver "fan" opens two children of its own like qcow2 does.
+ * Threading: one loop on the test thread. */
+#include "blk-test-ram.h"
+
+/* Counted by the "cnt" protocol driver. */
+static unsigned n_close, n_detach, n_flush;
+static bool cnt_multi = true;
+
+static int cnt_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
+{
+	(void)opts;
+	(void)err;
+	(void)errlen;
+	bs->size = 1 << 20;
+	return 0;
+}
+
+static void cnt_close(struct blk_node *bs)
+{
+	(void)bs;
+	n_close++;
+}
+
+static void cnt_detach(struct blk_node *bs, struct loop *loop)
+{
+	(void)bs;
+	(void)loop;
+	n_detach++;
+}
+
+static int cnt_submit(struct blk_node *bs, struct blk_request *req)
+{
+	(void)bs;
+	n_flush += req->op == BLK_OP_FLUSH;
+	blk_complete_deferred(req, 0);
+	return 0;
+}
+
+static bool cnt_can_multi(struct blk_node *bs)
+{
+	(void)bs;
+	return cnt_multi;
+}
+
+static const struct blk_driver cnt_driver = {
+	.name = "cnt", .open = cnt_open, .close = cnt_close, .submit = cnt_submit,
+	.detach_loop = cnt_detach, .can_multi_conn = cnt_can_multi,
+};
+
+/* "fan": a format on `file` that opens a read-only backing node and a
+ * writable data-file node (both "cnt"); fan-fail=on fails after that. */
+static int fan_child(struct blk_node *bs, const char *role, const char *spec)
+{
+	struct kv_opts o = { 0 };
+	struct blk_node *c;
+	char err[128];
+	int ret;
+
+	assert_int_equal(kv_parse(&o, spec, NULL), 0);
+	ret = blk_open(&o, &c, err, sizeof(err));
+	kv_free(&o);
+	return ret ? ret : blk_add_child(bs, role, c);
+}
+
+static int fan_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
+{
+	bool fail = false;
+	int ret;
+
+	kv_get_bool(opts, "fan-fail", &fail);
+	bs->size = bs->next->size;
+	ret = fan_child(bs, BLK_ROLE_BACKING, "driver=cnt,read-only=on");
+	if (!ret)
+		ret = fan_child(bs, BLK_ROLE_DATA_FILE, "driver=cnt");
+	if (!ret && fail)
+		ret = -EIO;
+	if (ret)
+		snprintf(err, errlen, "fan: failed");
+	return ret;
+}
+
+static int fan_submit(struct blk_node *bs, struct blk_request *req)
+{
+	return blk_forward(bs, req);
+}
+
+static bool fan_can_multi(struct blk_node *bs)
+{
+	return blk_children_can_multi_conn(bs);
+}
+
+static const struct blk_driver fan_driver = {
+	.name = "fan", .is_format = true, .open = fan_open, .submit = fan_submit,
+	.can_multi_conn = fan_can_multi,
+};
+
+static int setup(void **state)
+{
+	static bool registered;
+
+	if (!registered) {
+		blk_register_builtin_drivers();
+		assert_int_equal(blk_register_driver(&cnt_driver), 0);
+		assert_int_equal(blk_register_driver(&fan_driver), 0);
+		registered = true;
+	}
+	n_close = n_detach = n_flush = 0;
+	cnt_multi = true;
+	*state = test_loop_new();
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	test_loop_free(*state);
+	return 0;
+}
+
+static int count_node(struct blk_node *bs, void *opaque)
+{
+	(void)bs;
+	(*(unsigned *)opaque)++;
+	return 0;
+}
+
+static void test_children(void **state)
+{
+	struct blk_node *bs = test_open("driver=cnt,format=fan");
+	unsigned n = 0;
+
+	(void)state;
+	assert_int_equal(bs->nchildren, 3);
+	assert_string_equal(bs->children[0].role, BLK_ROLE_FILE);
+	assert_ptr_equal(bs->children[0].node, bs->next);
+	assert_ptr_equal(blk_child(bs, BLK_ROLE_FILE), bs->next);
+	assert_true(blk_child(bs, BLK_ROLE_BACKING)->read_only);
+	assert_false(blk_child(bs, BLK_ROLE_DATA_FILE)->read_only);
+	assert_null(blk_child(bs, "nonsense"));
+	assert_int_equal(blk_walk(bs, count_node, &n), 0);
+	assert_int_equal(n, 4);
+	blk_close(bs);
+	assert_int_equal(n_close, 3);
+}
+
+/* Every node's per-loop state goes, not only the file chain's. */
+static void test_detach_reaches_every_child(void **state)
+{
+	struct blk_node *bs = test_open("driver=cnt,format=fan");
+
+	blk_detach_loop(bs, *state);
+	assert_int_equal(n_detach, 3);
+	blk_close(bs);
+}
+
+/* The shutdown flush: the node, its file, its data file; not the read-only
+ * backing node. */
+static void test_flush_tree(void **state)
+{
+	struct blk_node *bs = test_open("driver=cnt,format=fan");
+
+	(void)state;
+	assert_int_equal(blk_flush_tree_sync(bs), 0);
+	assert_int_equal(n_flush, 3);
+	blk_close(bs);
+}
+
+/* Multi-conn needs every writable child: a data file that cannot says no. */
+static void test_multi_conn(void **state)
+{
+	struct blk_node *bs = test_open("driver=cnt,format=fan");
+
+	(void)state;
+	assert_true(blk_can_multi_conn(bs));
+	cnt_multi = false;
+	assert_false(blk_can_multi_conn(bs));
+	blk_close(bs);
+}
+
+/* A driver failing after it opened children: they are closed (the sanitizer
+ * build would report a leak otherwise), and so is the file node. */
+static void test_open_failure_closes_children(void **state)
+{
+	struct kv_opts o = { 0 };
+	struct blk_node *bs = NULL;
+	char err[128];
+
+	(void)state;
+	assert_int_equal(kv_parse(&o, "driver=cnt,format=fan,fan-fail=on", NULL), 0);
+	assert_int_equal(blk_open(&o, &bs, err, sizeof(err)), -EIO);
+	kv_free(&o);
+	assert_null(bs);
+	assert_int_equal(n_close, 3);
+}
+
+static void test_take_child(void **state)
+{
+	struct blk_node *bs = test_open("driver=cnt,format=fan"), *file, *back;
+
+	(void)state;
+	file = blk_take_child(bs, BLK_ROLE_FILE);
+	assert_non_null(file);
+	assert_null(bs->next);
+	assert_int_equal(bs->nchildren, 2);
+	back = blk_take_child(bs, BLK_ROLE_BACKING);
+	assert_string_equal(bs->children[0].role, BLK_ROLE_DATA_FILE);
+	assert_null(blk_take_child(bs, BLK_ROLE_BACKING));
+	blk_close(bs); /* the data file only */
+	assert_int_equal(n_close, 1);
+	assert_int_equal(blk_add_child(back, BLK_ROLE_FILE, file), 0);
+	assert_ptr_equal(back->next, file);
+	blk_close(back);
+	assert_int_equal(n_close, 3);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_children, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_detach_reaches_every_child, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flush_tree, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_multi_conn, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_open_failure_closes_children, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_take_child, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
