@@ -19,6 +19,7 @@ image contents (qcow2 images: `qemu-img check` clean and the dirty bit clear):
   all_at_once       all of these together on two iothreads
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ import socket
 import struct
 import subprocess
 import sys
+import termios
 import time
 
 sys.dont_write_bytecode = True
@@ -77,6 +79,17 @@ def qcow2_clean(img):
     check(not info.get("dirty-flag"), "qcow2 image left dirty")
 
 
+def wait_received(c, secs=30):
+    """Until the server has read everything sent on c (SIOCOUTQ: bytes the peer
+    has not read yet)."""
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        if struct.unpack("i", fcntl.ioctl(c.s.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0] == 0:
+            return
+        time.sleep(0.01)
+    raise Failure("the server did not read what was sent within %ds" % secs)
+
+
 def half_write(c, off, n, sent):
     """A WRITE of n bytes of which only `sent` payload bytes are sent."""
     hdr = struct.pack(">IHHQQI", REQUEST_MAGIC, 0, CMD_WRITE, 0x5eed, off, n)
@@ -112,7 +125,7 @@ def case_mid_payload(tmp, fmt, before):
             expect(c.write(0, pattern(0x5a, M), CF_FUA if before == "fua" else 0), [0],
                    "write before the signal")
         half_write(c, M, M, 512 * K)
-        time.sleep(0.3)  # let the server take the header and part of the payload
+        wait_received(c)  # the server holds the header and part of the payload
         srv.send_signal()
         c.expect_close("connection with a half-sent WRITE at shutdown")
         exited_ok(srv)
@@ -133,7 +146,7 @@ def case_skipping(tmp):
     try:
         c = connect(sock, "r")
         half_write(c, 0, 2 * M, 256 * K)
-        time.sleep(0.3)
+        wait_received(c)
         srv.send_signal()
         # The refusal may come before the close; nothing else may.
         c.expect_close("connection skipping a refused payload at shutdown")
@@ -152,6 +165,7 @@ def case_in_flight(tmp):
         cookies = [c.request(CMD_READ, i * 64 * K, 64 * K) for i in range(16)]
         cookies += [c.request(CMD_WRITE, i * 64 * K, 64 * K, 0, pattern(i, 64 * K))
                     for i in range(16)]
+        wait_received(c)  # all 32 in the block layer (300 ms each)
         srv.send_signal()
         for ck in cookies:
             expect(c.wait(ck), [0], "request in flight at shutdown")
@@ -169,7 +183,7 @@ def case_reply_disconnect(tmp):
                 os.path.join(tmp, "log"))
     try:
         c = blocked_reader(sock, "d")
-        time.sleep(0.3)
+        wait_received(c)
         c.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()  # reset while replies are being sent
         g = connect(sock, "d")
@@ -231,7 +245,7 @@ def case_blocked(tmp, second_signal):
                 os.path.join(tmp, "log"))
     try:
         c = blocked_reader(sock, "d")
-        time.sleep(0.3)
+        wait_received(c)
         srv.send_signal()
         if second_signal:
             time.sleep(0.3)
@@ -279,9 +293,11 @@ def case_all_at_once(tmp):
         half_write(d, M, 2 * M, M)
         f = connect(sock, "n")
         cookies = [f.request(CMD_READ, i * M, M) for i in range(8)]
+        wait_received(f)
         raw, hs = handshake_clients(sock, "n")
         b = blocked_reader(sock, "d")
-        time.sleep(0.3)
+        for c in (w, d, f, b):
+            wait_received(c)
         srv.send_signal()
         for ck in cookies:
             expect(f.wait(ck), [0], "request in flight at shutdown")
