@@ -34,6 +34,13 @@
 #define EXIT_USAGE 2
 #define MAX_IOTHREADS 64
 #define DRAIN_TIMEOUT_NS (10ull * 1000000000ull)
+/* Clients per listening address: enough for many VMs with multi-conn (each
+ * connection costs ~300 KiB besides its requests), few enough that a
+ * connection flood cannot exhaust memory or the default 1024 descriptors.
+ * qemu-nbd serves 1 by default and nbdkit's limit filter 1; qsd has none. */
+#define DEFAULT_MAX_CONNS 256
+/* NBD request buffers in flight, all connections together. */
+#define DEFAULT_REQUEST_MEMORY (256ull << 20)
 
 struct serve_image {
 	char *id;
@@ -51,6 +58,8 @@ struct serve_nbd {
 
 struct serve {
 	unsigned niothreads, max_conns;
+	uint64_t request_memory;   /* --max-request-memory */
+	struct nbd_budget *budget; /* shared by the NBD servers */
 	int64_t poll_max_ns; /* iothreads' adaptive polling limit (-1: default) */
 	const char *pidfile;
 	struct pidfile pf; /* locked from start-up to exit */
@@ -78,6 +87,7 @@ static void serve_usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--max-connections N]\n"
+		"         [--max-request-memory SIZE]\n"
 		"         --image ID,file=PATH[,format=raw][,cache=none|writeback]\n"
 		"               [,aio=io_uring|native|threads][,read-only=on]\n"
 		"               [,discard=unmap|ignore][,detect-zeroes=off|on|unmap]\n"
@@ -105,7 +115,13 @@ static void serve_usage(FILE *f)
 		"  --iothreads N          threads serving connections (default: CPU count)\n"
 		"  --poll-max-ns NS       iothreads busy-poll up to NS before sleeping (adaptive;\n"
 		"                         default 32768, 0 turns polling off)\n"
-		"  --max-connections N    connections per listening address (default: no limit)\n"
+		"  --max-connections N    NBD connections per listening address (default 256;\n"
+		"                         0: no limit); clients beyond it are disconnected\n"
+		"  --max-request-memory SIZE  NBD request buffers in flight over all\n"
+		"                         connections (default 256M); a request that does not\n"
+		"                         fit waits (its connection stops reading), none fails;\n"
+		"                         one request of up to 64M gets through when nothing\n"
+		"                         else is held\n"
 		"  --pidfile FILE         write the process ID there once listening; the file\n"
 		"                         is locked for the daemon's life (a second instance\n"
 		"                         on it is refused) and removed at exit\n"
@@ -146,6 +162,7 @@ static const struct option serve_long_opts[] = {
 	{"iothreads", required_argument, NULL, 't'},
 	{"pidfile", required_argument, NULL, 'p'},
 	{"max-connections", required_argument, NULL, 'm'},
+	{"max-request-memory", required_argument, NULL, 'M'},
 	{"poll-max-ns", required_argument, NULL, 'P'},
 	{"image", required_argument, NULL, 'i'},
 	{"nbd", required_argument, NULL, 'n'},
@@ -167,6 +184,11 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'm':
 		if (parse_count(arg, 1u << 20, &sv->max_conns) < 0)
 			return usage_error("--max-connections: expected a number, not '%s'", arg);
+		return -1;
+	case 'M':
+		if (parse_size(arg, &sv->request_memory) < 0 || sv->request_memory < (1u << 20))
+			return usage_error("--max-request-memory: expected a size of 1M or more, "
+					   "not '%s'", arg);
 		return -1;
 	case 'P': {
 		uint64_t v;
@@ -464,7 +486,8 @@ static struct serve_nbd *first_at_addr(struct serve *sv, struct serve_nbd *n)
 static int nbd_server_for(struct serve *sv, struct serve_nbd *n)
 {
 	struct nbd_server_config cfg = {.main_loop = sv->main_loop, .loops = sv->loops,
-					.nloops = sv->nthreads, .max_connections = sv->max_conns};
+					.nloops = sv->nthreads, .max_connections = sv->max_conns,
+					.budget = sv->budget};
 	struct serve_nbd *first = first_at_addr(sv, n);
 
 	if (first != n) {
@@ -484,7 +507,7 @@ static int setup_nbd(struct serve *sv)
 
 	sv->nbds = calloc(sv->nnbd, sizeof(*sv->nbds));
 	sv->servers = calloc(sv->nnbd, sizeof(*sv->servers));
-	if (!sv->nbds || !sv->servers)
+	if (!sv->nbds || !sv->servers || nbd_budget_new(sv->request_memory, &sv->budget) < 0)
 		return 1;
 	for (i = 0; i < sv->nnbd; i++) {
 		ret = nbd_parse(sv, sv->nbd_args[i], &sv->nbds[i]);
@@ -519,6 +542,7 @@ static void free_nbd(struct serve *sv)
 	}
 	free(sv->nbds);
 	free(sv->servers);
+	nbd_budget_free(sv->budget);
 }
 
 /* ---- iothreads ---------------------------------------------------------- */
@@ -761,6 +785,8 @@ int cmd_serve(int argc, char **argv)
 	sv->sig_h.fd = -1;
 	sv->pf.fd = -1;
 	sv->poll_max_ns = -1;
+	sv->max_conns = DEFAULT_MAX_CONNS;
+	sv->request_memory = DEFAULT_REQUEST_MEMORY;
 	status = serve_parse(sv, argc, argv);
 	if (status < 0) {
 		block_signals(&set);

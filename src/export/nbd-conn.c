@@ -116,6 +116,38 @@ void nbd_conn_request_done(struct nbd_conn *c)
 		loop_request_flush(c->loop, &c->flush); /* unblock after this round's send */
 }
 
+/* Leave the budget's queue and give back a grant not yet used. */
+static void conn_mem_cancel(struct nbd_conn *c)
+{
+	struct nbd_budget *b = c->srv->budget;
+
+	if (!b)
+		return;
+	/* Not found: granted meanwhile, and conn_mem_granted() will see that
+	 * the connection no longer reads. */
+	if (c->mem_waiting && nbd_budget_cancel(b, c)) {
+		c->mem_waiting = false;
+		nbd_conn_put(c);
+	}
+	nbd_budget_put(b, c->mem_grant);
+	c->mem_grant = 0;
+}
+
+static void conn_mem_granted(struct loop_msg *m)
+{
+	struct nbd_conn *c = container_of(m, struct nbd_conn, mem_msg);
+
+	c->mem_waiting = false;
+	c->mem_grant = c->mem_need;
+	if (c->state != NBD_CONN_OPEN) {
+		nbd_budget_put(c->srv->budget, c->mem_grant);
+		c->mem_grant = 0;
+	} else {
+		nbd_conn_unblock(c);
+	}
+	nbd_conn_put(c);
+}
+
 void nbd_conn_close(struct nbd_conn *c, const char *why)
 {
 	struct nbd_req *r;
@@ -133,6 +165,7 @@ void nbd_conn_close(struct nbd_conn *c, const char *why)
 	if (loop_timer_armed(&c->timer))
 		loop_timer_cancel(c->loop, &c->timer);
 	c->hoff = c->hlen = 0;
+	conn_mem_cancel(c);
 	if (c->cur) {
 		r = c->cur;
 		c->cur = NULL;
@@ -163,6 +196,7 @@ void nbd_conn_drain(struct nbd_conn *c)
 	 * none: keep the connection alive until we are done with it. */
 	nbd_conn_get(c);
 	c->state = NBD_CONN_DRAIN;
+	conn_mem_cancel(c);
 	if (c->cur) { /* its payload will never arrive */
 		r = c->cur;
 		c->cur = NULL;
@@ -312,7 +346,7 @@ static bool conn_can_unblock(struct nbd_conn *c)
 {
 	if (c->phase != NBD_PHASE_TRANSMISSION)
 		return c->hlen - c->hoff < NBD_HBUF_HIGH;
-	return (c->nfree || c->nreqs < NBD_CONN_MAX_REQS) && c->busy_bytes < NBD_CONN_MAX_BYTES;
+	return !c->mem_waiting && (c->nfree || c->nreqs < NBD_CONN_MAX_REQS) && c->busy_bytes < NBD_CONN_MAX_BYTES;
 }
 
 void nbd_conn_unblock(struct nbd_conn *c)
@@ -487,6 +521,7 @@ int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop,
 	c->outq_tail = &c->outq;
 	c->fdh = (struct loop_fd){.fd = fd, .cb = conn_fd_cb};
 	c->flush.cb = conn_flush_cb;
+	c->mem_msg.cb = conn_mem_granted;
 	c->timer.cb = conn_timer_cb;
 	conn_tune_socket(fd);
 	ret = nbd_handshake_start(c);

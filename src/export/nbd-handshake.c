@@ -161,7 +161,11 @@ static int info_reply(struct nbd_conn *c, uint32_t opt, uint16_t type, const voi
 
 /* Size constraints: byte-granular (the block layer does read-modify-write
  * below its alignment), 4 KiB or the node's alignment preferred, and the
- * 32 MiB payload every client may assume. */
+ * largest payload accepted (64 MiB, more than the 32 MiB every client may
+ * assume). Sent only when asked for: these are the spec's defaults or
+ * looser (minimum 1, maximum at least 2^25), so nothing obliges a server
+ * to send them unasked, and a client that did not ask has not agreed to
+ * honour anything we would send. */
 static int info_block_size(struct nbd_conn *c, uint32_t opt, struct nbd_export *e)
 {
 	uint32_t pref = 4096;
@@ -171,12 +175,15 @@ static int info_block_size(struct nbd_conn *c, uint32_t opt, struct nbd_export *
 		pref <<= 1;
 	nbd_put32(b, 1);
 	nbd_put32(b + 4, pref);
-	nbd_put32(b + 8, NBD_MAX_PAYLOAD);
+	nbd_put32(b + 8, NBD_MAX_REQUEST);
 	return info_reply(c, opt, NBD_INFO_BLOCK_SIZE, b, sizeof(b));
 }
 
-static int info_replies(struct nbd_conn *c, uint32_t opt, struct nbd_export *e, bool want_name,
-			bool want_desc)
+#define WANT_NAME (1u << 0)
+#define WANT_DESC (1u << 1)
+#define WANT_BS   (1u << 2)
+
+static int info_replies(struct nbd_conn *c, uint32_t opt, struct nbd_export *e, unsigned want)
 {
 	uint8_t x[10];
 	int ret;
@@ -184,12 +191,12 @@ static int info_replies(struct nbd_conn *c, uint32_t opt, struct nbd_export *e, 
 	nbd_put64(x, blk_size(e->bs));
 	nbd_put16(x + 8, nbd_export_tflags(e, c->structured || c->extended));
 	ret = info_reply(c, opt, NBD_INFO_EXPORT, x, sizeof(x));
-	if (!ret && want_name)
+	if (!ret && (want & WANT_NAME))
 		ret = info_reply(c, opt, NBD_INFO_NAME, e->name, (uint32_t)strlen(e->name));
-	if (!ret && want_desc && e->description)
+	if (!ret && (want & WANT_DESC) && e->description)
 		ret = info_reply(c, opt, NBD_INFO_DESCRIPTION, e->description,
 				 (uint32_t)strlen(e->description));
-	if (!ret)
+	if (!ret && (want & WANT_BS))
 		ret = info_block_size(c, opt, e);
 	return ret;
 }
@@ -197,7 +204,7 @@ static int info_replies(struct nbd_conn *c, uint32_t opt, struct nbd_export *e, 
 static int opt_info_go(struct nbd_conn *c, uint32_t opt, const uint8_t *data, uint32_t len)
 {
 	struct opt_cursor cur = {data, len};
-	bool want_name = false, want_desc = false;
+	unsigned want = 0;
 	const uint8_t *name;
 	struct nbd_export *e;
 	uint32_t namelen;
@@ -212,13 +219,13 @@ static int opt_info_go(struct nbd_conn *c, uint32_t opt, const uint8_t *data, ui
 	for (i = 0; i < nreq; i++) {
 		uint16_t t = nbd_get16(cur.p + 2 + 2 * i);
 
-		want_name |= t == NBD_INFO_NAME;
-		want_desc |= t == NBD_INFO_DESCRIPTION;
+		want |= t == NBD_INFO_NAME ? WANT_NAME : t == NBD_INFO_DESCRIPTION ? WANT_DESC :
+			t == NBD_INFO_BLOCK_SIZE ? WANT_BS : 0;
 	}
 	e = nbd_export_find(c->srv, (const char *)name, namelen);
 	if (!e)
 		return opt_error(c, opt, NBD_REP_ERR_UNKNOWN, "no such export");
-	ret = info_replies(c, opt, e, want_name, want_desc);
+	ret = info_replies(c, opt, e, want);
 	if (!ret)
 		ret = opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
 	if (!ret && opt == NBD_OPT_GO)

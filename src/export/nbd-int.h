@@ -9,6 +9,7 @@
 #ifndef IOPLANE_NBD_INT_H
 #define IOPLANE_NBD_INT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -29,6 +30,7 @@
 #define NBD_CONN_MAX_REQS    128          /* requests in flight per connection */
 #define NBD_CONN_MAX_BYTES   (64u << 20)  /* buffer bytes in flight per connection */
 #define NBD_KEEP_BUF         (1u << 20)   /* larger buffers are freed after use */
+#define NBD_CONN_KEEP_BYTES  (8u << 20)   /* idle buffers a connection keeps, at most */
 #define NBD_SEND_IOV         1024         /* iovecs per sendmsg */
 #define NBD_HANDSHAKE_NS     (30ull * 1000000000ull)
 #define NBD_SPARSE_READ_MIN  (64u << 10)  /* reads this large look for holes first */
@@ -66,8 +68,26 @@ struct nbd_listener {
 	struct unix_listener *unix_l; /* NULL for TCP; its file is removed on close */
 };
 
+/* See nbd-budget.c. */
+struct nbd_budget {
+	pthread_mutex_t lock;
+	uint64_t limit;                     /* immutable */
+	uint64_t used;                      /* protected by lock: bytes granted */
+	uint64_t peak, waits;               /* protected by lock */
+	struct nbd_conn *head, **tail;      /* protected by lock: waiting, FIFO */
+};
+
+/* Reserve need bytes for c's next request: true when granted now; else c is
+ * queued and its mem_msg is sent to its loop once they are (c's loop). */
+bool nbd_budget_get(struct nbd_budget *b, struct nbd_conn *c, uint64_t need);
+/* Give n bytes back and grant waiting connections (any thread). */
+void nbd_budget_put(struct nbd_budget *b, uint64_t n);
+/* Take c off the queue: false if it was not on it (already granted). */
+bool nbd_budget_cancel(struct nbd_budget *b, struct nbd_conn *c);
+
 struct nbd_server {
 	struct loop *main_loop;
+	struct nbd_budget *budget; /* NULL: no daemon-wide bound */
 	struct loop **loops;
 	unsigned nloops;
 	unsigned max_connections;
@@ -110,6 +130,7 @@ struct nbd_req {
 	uint64_t cookie, offset, len; /* len: effect or payload length */
 	uint16_t type, flags;
 	uint32_t error;  /* NBD_E*, 0: success */
+	uint64_t mem;    /* bytes of the daemon-wide budget held until released */
 	const char *msg; /* error message for structured replies (static) */
 	uint8_t stage;   /* multi-step commands (nbd-status.c, trim + FUA) */
 	bool internal;   /* the flush of a connection whose client left: no reply */
@@ -158,6 +179,7 @@ struct nbd_conn {
 	bool in_blocked;    /* input paused: out of requests or reply backlog */
 	bool out_blocked;   /* socket full: waiting for EPOLLOUT */
 	bool in_parse;      /* re-entrance guard for nbd_conn_parse */
+	bool mem_waiting;   /* input paused until the budget grants mem_need */
 	struct loop_flush flush;
 	struct loop_timer timer; /* handshake deadline */
 
@@ -167,6 +189,14 @@ struct nbd_conn {
 	struct nbd_req *cur; /* write whose payload is being received */
 	uint64_t cur_have;
 	uint64_t skip; /* payload bytes to read and drop */
+
+	/* Daemon-wide request memory (srv->budget). mem_grant: bytes granted
+	 * for the request header at rpos, not yet taken. mem_queued, mem_next,
+	 * mem_need: protected by the budget's lock. */
+	uint64_t mem_grant, mem_need;
+	bool mem_queued;
+	struct nbd_conn *mem_next;
+	struct loop_msg mem_msg; /* the grant; holds a reference while pending */
 
 	/* Output: handshake bytes [hoff, hlen) of hbuf, then the reply queue. */
 	uint8_t *hbuf;
@@ -185,6 +215,7 @@ struct nbd_conn {
 	unsigned nreqs, nfree;
 	unsigned busy;       /* requests taken, not yet answered */
 	uint64_t busy_bytes; /* their buffer bytes */
+	uint64_t kept_bytes; /* buffers kept by idle requests of the pool */
 	bool dirty;          /* a write finished since the last flush */
 	uint64_t nrequests;
 	unsigned io_errors;  /* block-layer errors seen (the first few are logged) */

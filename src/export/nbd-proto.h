@@ -124,7 +124,8 @@
 #define NBD_ESHUTDOWN 108
 
 /* Limits. A string (export name, query, message) must not exceed 4096 bytes;
- * payloads up to 2^25 bytes must not be treated as a denial of service. */
+ * payloads up to 2^25 bytes must not be treated as a denial of service (the
+ * server accepts more: NBD_MAX_REQUEST in nbd-int.h). */
 #define NBD_MAX_STRING  4096u
 #define NBD_MAX_PAYLOAD (32u << 20)
 #define NBD_META_BASE_ALLOCATION "base:allocation"

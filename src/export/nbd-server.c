@@ -75,6 +75,7 @@ int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out)
 	s->nloops = n;
 	s->main_loop = cfg->main_loop;
 	s->max_connections = cfg->max_connections;
+	s->budget = cfg->budget;
 	s->drained_msg.cb = drained_cb;
 	for (i = 0; i < n; i++)
 		slot_for(s, s->loops[i]);

@@ -16,14 +16,33 @@
 
 struct blk_node;
 struct loop;
+struct nbd_budget;
 struct nbd_server;
+
+/* The largest READ or WRITE payload accepted, and advertised as the maximum
+ * in NBD_INFO_BLOCK_SIZE (more than the 32 MiB the spec lets every client
+ * assume: its reference test client sends up to 48 MiB unasked). */
+#define NBD_MAX_REQUEST (64u << 20)
 
 struct nbd_server_config {
 	struct loop *main_loop; /* accepts connections; the caller's thread runs it */
 	struct loop **loops;    /* connections are spread over these (may be main_loop) */
 	unsigned nloops;
 	unsigned max_connections; /* 0: unlimited */
+	/* Bound on request buffer bytes in flight, shared with other servers
+	 * (NULL: none beyond the per-connection one). */
+	struct nbd_budget *budget;
 };
+
+/* A daemon-wide bound of `limit` bytes on request buffers (READ data, WRITE
+ * payloads) in flight over every connection of the servers given it: a
+ * request that does not fit waits, its connection stops reading; one
+ * request of any accepted size is admitted whenever nothing else is held.
+ * Free it after the servers. */
+int nbd_budget_new(uint64_t limit, struct nbd_budget **out);
+void nbd_budget_free(struct nbd_budget *b);
+/* Highest number of bytes held at once, and how often a request waited. */
+void nbd_budget_stats(struct nbd_budget *b, uint64_t *peak, uint64_t *waits);
 
 /* Zero detection on writes (detect-zeroes=): a write whose payload is all
  * zeroes becomes a write-zeroes, which may deallocate with UNMAP. */

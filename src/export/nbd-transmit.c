@@ -37,6 +37,7 @@ struct nbd_req *nbd_req_take(struct nbd_conn *c)
 
 	if (c->nfree) {
 		r = c->free_reqs[--c->nfree];
+		c->kept_bytes -= r->buf_cap;
 	} else {
 		if (c->nreqs >= NBD_CONN_MAX_REQS)
 			return NULL;
@@ -60,6 +61,7 @@ struct nbd_req *nbd_req_take(struct nbd_conn *c)
 	r->flags = 0;
 	r->len = 0;
 	r->acct = 0;
+	r->mem = 0;
 	c->busy++;
 	nbd_conn_get(c);
 	return r;
@@ -69,10 +71,17 @@ void nbd_req_release(struct nbd_req *r)
 {
 	struct nbd_conn *c = r->conn;
 
-	if (r->buf_cap > NBD_KEEP_BUF) {
+	/* Idle buffers are not in the daemon-wide budget: keep only small ones,
+	 * and only so many per connection. */
+	if (r->buf_cap > NBD_KEEP_BUF || c->kept_bytes + r->buf_cap > NBD_CONN_KEEP_BYTES) {
 		free(r->buf);
 		r->buf = NULL;
 		r->buf_cap = 0;
+	}
+	c->kept_bytes += r->buf_cap;
+	if (r->mem) {
+		nbd_budget_put(c->srv->budget, r->mem);
+		r->mem = 0;
 	}
 	c->busy_bytes -= r->acct;
 	c->free_reqs[c->nfree++] = r;
@@ -426,7 +435,7 @@ static uint32_t validate(struct nbd_conn *c, struct nbd_req *r, const char **msg
 			      r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES
 				      ? NBD_ENOSPC
 				      : NBD_EINVAL);
-	if (r->type == NBD_CMD_READ && r->len > NBD_MAX_PAYLOAD)
+	if (r->type == NBD_CMD_READ && r->len > NBD_MAX_REQUEST)
 		return refuse(msg, "read larger than the maximum payload",
 			      sr ? NBD_EOVERFLOW : NBD_EINVAL);
 	if (r->type == NBD_CMD_BLOCK_STATUS && !c->meta_alloc)
@@ -492,12 +501,14 @@ static int one_request(struct nbd_conn *c)
 	r = nbd_req_take(c);
 	if (!r)
 		return -ENOMEM;
+	r->mem = c->mem_grant; /* reserved by mem_admit() for this header */
+	c->mem_grant = 0;
 	parse_header(c, r, p);
 	c->nrequests++;
 	if (c->extended ? (r->flags & NBD_CMD_FLAG_PAYLOAD_LEN) : r->type == NBD_CMD_WRITE)
 		payload = r->len;
 	/* Spec: a payload past the maximum may be treated as an attack. */
-	if (payload > NBD_MAX_PAYLOAD) {
+	if (payload > NBD_MAX_REQUEST) {
 		nbd_req_release(r);
 		return -EPROTO;
 	}
@@ -519,6 +530,42 @@ static int one_request(struct nbd_conn *c)
 	return 0;
 }
 
+/* Buffer bytes the request whose header is at p will hold: a READ's data or
+ * a WRITE's payload. Oversized ones are refused and hold nothing. */
+static uint64_t request_mem(const struct nbd_conn *c, const uint8_t *p)
+{
+	uint16_t flags = nbd_get16(p + 4), type = nbd_get16(p + 6);
+	uint64_t len = c->extended ? nbd_get64(p + 24) : nbd_get32(p + 24);
+	bool payload = c->extended ? flags & NBD_CMD_FLAG_PAYLOAD_LEN : type == NBD_CMD_WRITE;
+
+	if (len > NBD_MAX_REQUEST || !(payload || type == NBD_CMD_READ))
+		return 0;
+	return len;
+}
+
+/* Reserve the daemon-wide memory of the next request; false: wait for the
+ * grant (the connection stops reading meanwhile). */
+static bool mem_admit(struct nbd_conn *c)
+{
+	struct nbd_budget *b = c->srv->budget;
+	uint64_t need;
+
+	if (!b || c->mem_grant)
+		return true;
+	if (c->mem_waiting)
+		return false;
+	need = request_mem(c, c->rbuf + c->rpos);
+	if (!need)
+		return true;
+	if (nbd_budget_get(b, c, need)) {
+		c->mem_grant = need;
+		return true;
+	}
+	c->mem_waiting = true;
+	nbd_conn_get(c); /* for the grant message */
+	return false;
+}
+
 int nbd_transmit_input(struct nbd_conn *c)
 {
 	size_t hdr = c->extended ? sizeof(struct nbd_request_ext) : sizeof(struct nbd_request);
@@ -537,7 +584,7 @@ int nbd_transmit_input(struct nbd_conn *c)
 		}
 		if (c->rend - c->rpos < hdr)
 			break;
-		if (!can_take(c)) {
+		if (!can_take(c) || !mem_admit(c)) {
 			c->in_blocked = true;
 			break;
 		}

@@ -15,8 +15,8 @@ truncate -s 1M "$img"
 out=$(timeout 10 "$IOPLANE" serve --help 2>"$NBD_TMP/help.err") ||
 	fail "serve --help: exit status $?"
 echo "$out"
-for w in --iothreads --pidfile --max-connections --poll-max-ns --image --nbd file= format=raw cache=none \
-	writeback aio=io_uring native threads read-only=on discard=unmap ignore \
+for w in --iothreads --pidfile --max-connections --max-request-memory --poll-max-ns --image \
+	--nbd file= format=raw cache=none writeback aio=io_uring native threads read-only=on discard=unmap ignore \
 	detect-zeroes= driver=null size= latency-ns= read-zeroes= unix= tcp= image= name= \
 	writable=on description=; do
 	grep -qF -- "$w" <<<"$out" || fail "serve --help does not mention '$w'"
@@ -52,6 +52,8 @@ bad 2 abc --iothreads abc --image $N --nbd "$E"
 bad 2 -1 --iothreads -1 --image $N --nbd "$E"
 bad 2 -1 --max-connections -1 --image $N --nbd "$E"
 bad 2 "lots|max-connections" --max-connections lots --image $N --nbd "$E"
+bad 2 "lots|max-request-memory" --max-request-memory lots --image $N --nbd "$E"
+bad 2 "10K|max-request-memory" --max-request-memory 10K --image $N --nbd "$E"
 bad 2 "soon|poll-max-ns" --poll-max-ns soon --image $N --nbd "$E"
 bad 2 "-5|poll-max-ns" --poll-max-ns -5 --image $N --nbd "$E"
 bad 2 "99000000000|poll-max-ns" --poll-max-ns 99000000000 --image $N --nbd "$E"
