@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -119,3 +120,26 @@ class Serve:
     def close(self):
         self.kill()
         self.log.close()
+
+
+def run_cases(cases, errors):
+    """Run [(name, fn(tmpdir))], each in a fresh scratch directory (argv[1]: only the
+    names containing it); an exception of a type in `errors` fails the case. Prints one
+    line per case and a summary; returns the exit status."""
+    only = sys.argv[1] if len(sys.argv) > 1 else ""
+    failed = []
+    for name, fn in cases:
+        if only not in name:
+            continue
+        with scratch_dir() as tmp:
+            t0 = time.monotonic()
+            try:
+                fn(tmp)
+                print("ok   %s (%.1fs)" % (name, time.monotonic() - t0), flush=True)
+            except errors as e:
+                print("FAIL %s: %s: %s" % (name, type(e).__name__, e), flush=True)
+                if os.environ.get("FUNC_TRACEBACK"):
+                    traceback.print_exc()
+                failed.append(name)
+    print("%s: %d failed" % ("FAIL" if failed else "PASS", len(failed)))
+    return 1 if failed else 0

@@ -25,7 +25,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _nbdproto import (CMD_READ, CMD_WRITE, Closed, Conn, Failure, check,  # noqa: E402
                        expect)
-from _nbdserve import Serve, sanitized, scratch_dir, ioplane  # noqa: E402
+from _nbdserve import Serve, ioplane, run_cases, sanitized  # noqa: E402
 
 K, M = 1 << 10, 1 << 20
 OVERHEAD = 64 * M  # binary, iothreads, connection buffers, allocator slack
@@ -168,21 +168,7 @@ CASES = [("bounded", case_bounded), ("tiny_bound", case_tiny_bound),
 
 
 def main():
-    only = sys.argv[1] if len(sys.argv) > 1 else ""
-    failed = []
-    for name, fn in CASES:
-        if only not in name:
-            continue
-        with scratch_dir() as tmp:
-            t0 = time.monotonic()
-            try:
-                fn(tmp)
-                print("ok   %s (%.1fs)" % (name, time.monotonic() - t0), flush=True)
-            except (Failure, Closed, OSError, RuntimeError) as e:
-                print("FAIL %s: %s: %s" % (name, type(e).__name__, e), flush=True)
-                failed.append(name)
-    print("%s: %d failed" % ("FAIL" if failed else "PASS", len(failed)))
-    return 1 if failed else 0
+    return run_cases(CASES, (Failure, Closed, OSError, RuntimeError))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _nbdproto import *             # noqa: E402,F403
-from _nbdserve import Serve, scratch_dir  # noqa: E402
+from _nbdserve import Serve, run_cases  # noqa: E402
 
 K, M = 1 << 10, 1 << 20
 
@@ -175,12 +175,18 @@ def case_in_flight(tmp):
         srv.close()
 
 
-def case_reply_disconnect(tmp):
+def serve_raw(tmp):
+    """A daemon on a sparse 64 MiB raw image, writable export "d"."""
     img, sock = os.path.join(tmp, "d.img"), os.path.join(tmp, "s")
     with open(img, "wb") as f:
         f.truncate(64 * M)
     srv = Serve(["--image", "d,file=" + img, "--nbd", "unix=%s,image=d,writable=on" % sock],
                 os.path.join(tmp, "log"))
+    return img, sock, srv
+
+
+def case_reply_disconnect(tmp):
+    img, sock, srv = serve_raw(tmp)
     try:
         c = blocked_reader(sock, "d")
         wait_received(c)
@@ -238,11 +244,7 @@ def case_handshake(tmp):
 
 
 def case_blocked(tmp, second_signal):
-    img, sock = os.path.join(tmp, "d.img"), os.path.join(tmp, "s")
-    with open(img, "wb") as f:
-        f.truncate(64 * M)
-    srv = Serve(["--image", "d,file=" + img, "--nbd", "unix=%s,image=d,writable=on" % sock],
-                os.path.join(tmp, "log"))
+    _, sock, srv = serve_raw(tmp)
     try:
         c = blocked_reader(sock, "d")
         wait_received(c)
@@ -334,22 +336,8 @@ def main():
     if not shutil.which("qemu-img"):
         print("SKIP: qemu-img is not installed")
         return 77
-    only = sys.argv[1] if len(sys.argv) > 1 else ""
-    failed = []
-    for name, fn in CASES:
-        if only not in name:
-            continue
-        with scratch_dir() as tmp:
-            t0 = time.monotonic()
-            try:
-                fn(tmp)
-                print("ok   %s (%.1fs)" % (name, time.monotonic() - t0), flush=True)
-            except (Failure, Closed, OSError, RuntimeError,
-                    subprocess.CalledProcessError) as e:
-                print("FAIL %s: %s: %s" % (name, type(e).__name__, e), flush=True)
-                failed.append(name)
-    print("%s: %d failed" % ("FAIL" if failed else "PASS", len(failed)))
-    return 1 if failed else 0
+    return run_cases(CASES, (Failure, Closed, OSError, RuntimeError,
+                             subprocess.CalledProcessError))
 
 
 if __name__ == "__main__":

@@ -76,6 +76,20 @@ static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *p
 	return ret;
 }
 
+/* Make a node just opened a child of the qcow2 node (closed on failure). */
+static int qc_adopt(struct qc_state *s, const char *role, struct blk_node **node, char *err,
+		    size_t errlen)
+{
+	int ret = blk_add_child(s->bs, role, *node);
+
+	if (ret) {
+		blk_close(*node);
+		*node = NULL;
+		snprintf(err, errlen, "qcow2: too many children");
+	}
+	return ret;
+}
+
 int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t errlen)
 {
 	const char *name = kv_get(opts, "backing"), *fmt = kv_get(opts, "backing-format");
@@ -106,13 +120,9 @@ int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t 
 		snprintf(err, errlen, "qcow2: cannot open backing file '%s': %s", name, sub);
 		return ret;
 	}
-	ret = blk_add_child(s->bs, BLK_ROLE_BACKING, s->backing);
-	if (ret) {
-		blk_close(s->backing);
-		s->backing = NULL;
-		snprintf(err, errlen, "qcow2: too many children");
+	ret = qc_adopt(s, BLK_ROLE_BACKING, &s->backing, err, errlen);
+	if (ret)
 		return ret;
-	}
 	s->backing_size = s->backing->size;
 	return 0;
 }
@@ -148,13 +158,9 @@ int qc_data_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t err
 		snprintf(err, errlen, "qcow2: cannot open data file '%s': %s", name, sub);
 		return ret;
 	}
-	ret = blk_add_child(s->bs, BLK_ROLE_DATA_FILE, s->data);
-	if (ret) {
-		blk_close(s->data);
-		s->data = NULL;
-		snprintf(err, errlen, "qcow2: too many children");
+	ret = qc_adopt(s, BLK_ROLE_DATA_FILE, &s->data, err, errlen);
+	if (ret)
 		return ret;
-	}
 	s->data_external = true;
 	s->data_size = s->data->size;
 	s->data_fresh_from = qc_align_up(s->data->size, s->cluster_size);
