@@ -531,13 +531,16 @@ static int one_request(struct nbd_conn *c)
 }
 
 /* Buffer bytes the request whose header is at p will hold: a READ's data or
- * a WRITE's payload. Oversized ones are refused and hold nothing. */
+ * a WRITE's payload. Oversized ones are refused and hold nothing, and a bad
+ * magic ends the connection without waiting for memory first. */
 static uint64_t request_mem(const struct nbd_conn *c, const uint8_t *p)
 {
 	uint16_t flags = nbd_get16(p + 4), type = nbd_get16(p + 6);
 	uint64_t len = c->extended ? nbd_get64(p + 24) : nbd_get32(p + 24);
 	bool payload = c->extended ? flags & NBD_CMD_FLAG_PAYLOAD_LEN : type == NBD_CMD_WRITE;
 
+	if (nbd_get32(p) != (c->extended ? NBD_EXTENDED_REQUEST_MAGIC : NBD_REQUEST_MAGIC))
+		return 0;
 	if (len > NBD_MAX_REQUEST || !(payload || type == NBD_CMD_READ))
 		return 0;
 	return len;
