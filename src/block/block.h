@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "loop/loop.h"
@@ -298,6 +299,14 @@ int blk_pread(struct blk_node *bs, uint64_t offset, void *buf, uint64_t len);
 int blk_pwrite(struct blk_node *bs, uint64_t offset, const void *buf, uint64_t len, uint32_t flags);
 int blk_flush_sync(struct blk_node *bs);
 int blk_do_sync(struct blk_node *bs, struct blk_request *req);
+
+/* Open an image path (file.c): open(2) with flags plus O_NONBLOCK, O_NOCTTY
+ * and O_CLOEXEC, keep only a regular file or a block device (checked with
+ * fstat on the open fd, O_NONBLOCK cleared again), so that a FIFO, socket,
+ * directory or character device is refused at once instead of blocking or
+ * being read. Returns the fd, or -errno with a message naming the path and
+ * what it is in err (-EINVAL: not a regular file or block device). */
+int blk_file_open(const char *path, int flags, mode_t mode, char *err, size_t errlen);
 
 /* Aligned buffer allocation (free with free()). */
 void *blk_alloc_buf(struct blk_node *bs, size_t len);

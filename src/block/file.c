@@ -272,6 +272,94 @@ int file_submit_misc(struct blk_node *bs, struct blk_request *req)
 	return 0;
 }
 
+/* ---- opening a path ---- */
+
+static const char *file_type_name(mode_t m)
+{
+	if (S_ISDIR(m))
+		return "a directory";
+	if (S_ISFIFO(m))
+		return "a FIFO";
+	if (S_ISSOCK(m))
+		return "a socket";
+	if (S_ISCHR(m))
+		return "a character device";
+	return "of an unknown type";
+}
+
+static bool file_type_ok(mode_t m)
+{
+	return S_ISREG(m) || S_ISBLK(m);
+}
+
+/* "'PATH' is a FIFO", or "'PATH' (a symbolic link to 'TARGET') is a FIFO". */
+static int file_type_err(const char *path, mode_t m, char *err, size_t errlen)
+{
+	char target[256];
+	struct stat lst;
+	ssize_t n = -1;
+
+	if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
+		n = readlink(path, target, sizeof(target) - 1);
+	if (n >= 0) {
+		target[n] = 0;
+		snprintf(err, errlen, "'%s' (a symbolic link to '%s') is %s, not a regular file "
+			 "or a block device", path, target, file_type_name(m));
+	} else {
+		snprintf(err, errlen, "'%s' is %s, not a regular file or a block device", path,
+			 file_type_name(m));
+	}
+	return -EINVAL;
+}
+
+/* Why open(2) failed: the type of what is there when that is the reason
+ * (a socket gives ENXIO, a directory EISDIR), else the errno. */
+static int file_open_err(const char *path, int flags, int e, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (stat(path, &st) == 0 && !file_type_ok(st.st_mode))
+		return file_type_err(path, st.st_mode, err, errlen);
+	if (e == EINVAL && (flags & O_DIRECT))
+		snprintf(err, errlen, "cannot open '%s' with O_DIRECT (cache=none); the file "
+			 "system may not support it, try cache=writeback", path);
+	else
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(e));
+	return -e;
+}
+
+int blk_file_open(const char *path, int flags, mode_t mode, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd, e;
+
+	/* Refuse early what is plainly not an image, so that opening it has
+	 * no side effect; the fstat below is the check that counts. */
+	if (stat(path, &st) == 0 && !file_type_ok(st.st_mode))
+		return file_type_err(path, st.st_mode, err, errlen);
+	fd = open(path, flags | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, mode);
+	if (fd < 0)
+		return file_open_err(path, flags, errno, err, errlen);
+	if (fstat(fd, &st) != 0) {
+		e = errno;
+		close(fd);
+		snprintf(err, errlen, "cannot stat '%s': %s", path, strerror(e));
+		return -e;
+	}
+	if (!file_type_ok(st.st_mode)) {
+		close(fd);
+		return file_type_err(path, st.st_mode, err, errlen);
+	}
+	/* O_NONBLOCK would make io_uring fail reads with -EAGAIN. */
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+		e = errno;
+		close(fd);
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(e));
+		return -e;
+	}
+	return fd;
+}
+
 /* ---- open, probing, close ---- */
 
 struct file_opts {
@@ -345,13 +433,9 @@ static int file_probe_size(struct blk_node *bs, struct file_state *s, const char
 		bs->size = (uint64_t)st.st_size;
 		return 0;
 	}
-	if (!S_ISBLK(st.st_mode)) {
-		snprintf(err, errlen, "file: '%s' is not a regular file or a block device", name);
-		return -EINVAL;
-	}
 	if (ioctl(s->fd, BLKGETSIZE64, &size) != 0)
 		goto fail_errno;
-	s->is_blk = true;
+	s->is_blk = true; /* blk_file_open() let nothing else through */
 	bs->size = size;
 	return 0;
 fail_errno:
@@ -414,19 +498,14 @@ static void file_probe_punch(struct file_state *s, uint64_t size)
 static int file_do_open(struct file_state *s, const struct file_opts *fo, bool ro, char *err,
 			size_t errlen)
 {
-	int flags = (ro ? O_RDONLY : O_RDWR) | O_CLOEXEC | (fo->direct ? O_DIRECT : 0);
+	int flags = (ro ? O_RDONLY : O_RDWR) | (fo->direct ? O_DIRECT : 0);
+	char sub[384];
 
-	s->fd = open(fo->filename, flags);
+	s->fd = blk_file_open(fo->filename, flags, 0, sub, sizeof(sub));
 	if (s->fd >= 0)
 		return 0;
-	if (errno == EINVAL && fo->direct)
-		snprintf(err, errlen,
-			 "file: cannot open '%s' with O_DIRECT (cache=none); the file system "
-			 "may not support it, try cache=writeback",
-			 fo->filename);
-	else
-		snprintf(err, errlen, "file: cannot open '%s': %s", fo->filename, strerror(errno));
-	return -errno;
+	snprintf(err, errlen, "file: %s", sub);
+	return s->fd;
 }
 
 static int file_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)

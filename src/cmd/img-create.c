@@ -149,6 +149,7 @@ static int create_raw(const struct img_create *c)
 {
 	const char *pre = NULL;
 	uint32_t hint = BLK_EXTENT_HINT_DEFAULT;
+	char err[384];
 	int fd, ret = raw_opts(c, &pre, &hint);
 
 	if (ret)
@@ -160,19 +161,22 @@ static int create_raw(const struct img_create *c)
 	if (!c->quiet)
 		printf("Formatting '%s', fmt=raw size=%" PRIu64 "%s%s\n", c->file, c->size,
 		       pre ? " preallocation=" : "", pre ? pre : "");
-	fd = open(c->file, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = blk_file_open(c->file, O_RDWR | O_CREAT | O_TRUNC, 0644, err, sizeof(err));
+	if (fd < 0) {
+		img_err("Could not create '%s': %s", c->file, err);
+		return fd;
+	}
 	/* The hint must be set while the file has no extents; best effort,
 	 * like qemu-img (a file system that refuses it still gets an image). */
-	if (fd >= 0 && hint)
+	if (hint)
 		blk_file_extent_hint(fd, hint);
-	if (fd < 0 || ftruncate(fd, (off_t)create_size_round(c->size)) != 0)
+	if (ftruncate(fd, (off_t)create_size_round(c->size)) != 0)
 		ret = -errno;
 	if (!ret)
 		ret = raw_prealloc(fd, pre, create_size_round(c->size));
 	if (!ret && fsync(fd) != 0)
 		ret = -errno;
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	if (ret)
 		img_err("%s: Could not create image: %s", c->file, strerror(-ret));
 	return ret;

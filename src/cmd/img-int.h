@@ -40,7 +40,6 @@ struct img_open_opts {
 	unsigned flags;    /* IMG_OPEN_* */
 	const char *cache; /* NULL, or qemu-img's -t/-T value */
 };
-int img_probe_format(const char *path, const char **fmt);
 /* Prints one error line itself. *fmt_out (may be NULL) gets the format used. */
 int img_open(const char *path, const struct img_open_opts *o, struct blk_node **out,
 	     const char **fmt_out);

@@ -62,7 +62,7 @@ void img_loop_end(struct loop *loop, struct blk_node *bs)
 
 /* ---- opening ---- */
 
-int img_probe_format(const char *path, const char **fmt)
+static int img_probe_format(const char *path, const char **fmt, char *err, size_t errlen)
 {
 	static const unsigned char qcow2_magic[4] = { 'Q', 'F', 'I', 0xfb };
 	unsigned char m[4] = { 0 };
@@ -73,13 +73,15 @@ int img_probe_format(const char *path, const char **fmt)
 		*fmt = NULL;
 		return 0;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = blk_file_open(path, O_RDONLY, 0, err, errlen);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	n = pread(fd, m, sizeof(m), 0);
 	close(fd);
-	if (n < 0)
+	if (n < 0) {
+		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
 		return -errno;
+	}
 	*fmt = n == 4 && !memcmp(m, qcow2_magic, 4) ? "qcow2" : "raw";
 	return 0;
 }
@@ -136,9 +138,9 @@ int img_open(const char *path, const struct img_open_opts *o, struct blk_node **
 	int ret;
 
 	if (!fmt) {
-		ret = img_probe_format(path, &fmt);
+		ret = img_probe_format(path, &fmt, err, sizeof(err));
 		if (ret) {
-			img_err("Could not open '%s': %s", path, strerror(-ret));
+			img_err("Could not open '%s': %s", path, err);
 			return ret;
 		}
 	} else if (strcmp(fmt, "raw") && strcmp(fmt, "qcow2")) {

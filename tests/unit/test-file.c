@@ -743,6 +743,28 @@ static int open_opts(const char *s, struct blk_node **bs, char *err, size_t errl
 	return ret;
 }
 
+/* A FIFO is refused at once, read-only or not (open(2) on it used to block
+ * until a writer came), and a regular file's fd is left blocking. */
+static void test_options_fifo(const char *file)
+{
+	char fifo[80], s[256], err[256];
+	struct blk_node *bs = NULL;
+
+	snprintf(fifo, sizeof(fifo), "%s.fifo", file);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	snprintf(s, sizeof(s), "driver=file,filename=%s", fifo);
+	assert_int_equal(open_opts(s, &bs, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "is a FIFO"));
+	snprintf(s, sizeof(s), "driver=file,filename=%s,read-only=on", fifo);
+	assert_int_equal(open_opts(s, &bs, err, sizeof(err)), -EINVAL);
+	assert_int_equal(blk_file_open(fifo, O_WRONLY, 0, err, sizeof(err)), -EINVAL);
+	unlink(fifo);
+	snprintf(s, sizeof(s), "driver=file,filename=%s", file);
+	assert_int_equal(open_opts(s, &bs, err, sizeof(err)), 0);
+	assert_int_equal(fcntl(file_state(bs->next)->fd, F_GETFL) & O_NONBLOCK, 0);
+	blk_close(bs);
+}
+
 static void test_options(void **state)
 {
 	char path[64] = "/var/tmp/ioplane-test-file-XXXXXX", s[256], err[256];
@@ -777,10 +799,12 @@ static void test_options(void **state)
 		open_opts("driver=file,filename=/var/tmp/ioplane-no/such", &bs, err, sizeof(err)),
 		-ENOENT);
 	assert_int_equal(open_opts("driver=file,filename=/var/tmp", &bs, err, sizeof(err)),
-			 -EISDIR);
+			 -EINVAL);
+	assert_non_null(strstr(err, "'/var/tmp' is a directory"));
 	assert_int_equal(open_opts("driver=file,filename=/dev/null", &bs, err, sizeof(err)),
 			 -EINVAL);
-	assert_non_null(strstr(err, "regular file"));
+	assert_non_null(strstr(err, "character device, not a regular file"));
+	test_options_fifo(path);
 
 	/* read-only: reads work, writes are refused. */
 	snprintf(s, sizeof(s), "driver=file,filename=%s,read-only=on", path);

@@ -285,19 +285,13 @@ static int cr_data_file(const char *image, const struct qcow2_create_opts *o, ch
 {
 	/* Like QEMU, a relative data file name is taken as it is (relative to
 	 * the working directory), unlike a backing file name. */
-	char *path = strdup(o->data_file);
+	char sub[384];
 	int fd, ret;
 
 	(void)image;
-	if (!path)
-		return -ENOMEM;
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		ret = cr_err(err, n, -errno, "cannot create data file", path);
-		free(path);
-		return ret;
-	}
-	free(path);
+	fd = blk_file_open(o->data_file, O_RDWR | O_CREAT | O_TRUNC, 0644, sub, sizeof(sub));
+	if (fd < 0)
+		return cr_err(err, n, fd, "cannot create data file", sub);
 	ret = cr_prealloc_data(fd, o->prealloc == QCOW2_PREALLOC_OFF ? QCOW2_PREALLOC_METADATA
 								       : o->prealloc, 0, o->size);
 	if (!ret && fsync(fd) != 0)
@@ -330,6 +324,7 @@ int qcow2_create(const char *path, const struct qcow2_create_opts *o, char *err,
 	struct qcow2_create_opts oo = *o;
 	struct cr_layout l = { 0 };
 	uint8_t *c = NULL;
+	char sub[384];
 	int fd, ret;
 
 	ret = cr_check(o, err, errlen);
@@ -346,9 +341,9 @@ int qcow2_create(const char *path, const struct qcow2_create_opts *o, char *err,
 		if (ret)
 			return ret;
 	}
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = blk_file_open(path, O_RDWR | O_CREAT | O_TRUNC, 0644, sub, sizeof(sub));
 	if (fd < 0)
-		return cr_err(err, errlen, -errno, "cannot create", path);
+		return cr_err(err, errlen, fd, "cannot create", sub);
 	if (!o->no_extent_hint)
 		blk_file_extent_hint(fd, BLK_EXTENT_HINT_DEFAULT); /* best effort: XFS only */
 	c = qc_alloc_buf(l.cs);
