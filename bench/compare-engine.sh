@@ -187,7 +187,7 @@ m3n_qemu() {
 		--image-opts driver=null-co,size=1G
 }
 m3f_ioplane() {
-	syscalls_per_io $strace_file "$IOPLANE" bench -q -d 64 -c $strace_file -t none \
+	syscalls_per_io $strace_file "$IOPLANE" bench -q -f raw -d 64 -c $strace_file -t none \
 		-i io_uring "$file"
 }
 m3f_qemu() {
@@ -208,9 +208,9 @@ fio_iops_run() {
 	python3 -c 'import json,sys; print("%.0f" % json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"])' \
 		"$log" 2>/dev/null || sed -n '/"read"/,/iops"/s/.*"iops" : \([0-9.]*\).*/\1/p' "$log" | head -n 1
 }
-m2u_ioplane() { ioplane_iops_run -d 64 -c $file_ios -t none -i io_uring --random "$file"; }
+m2u_ioplane() { ioplane_iops_run -f raw -d 64 -c $file_ios -t none -i io_uring --random "$file"; }
 m2u_fio() { fio_iops_run io_uring; }
-m2n_ioplane() { ioplane_iops_run -d 64 -c $file_ios -t none -i native --random "$file"; }
+m2n_ioplane() { ioplane_iops_run -f raw -d 64 -c $file_ios -t none -i native --random "$file"; }
 m2n_fio() { fio_iops_run libaio; }
 
 # Mean latency in µs at depth 1: elapsed / requests, the same formula for both tools.
@@ -225,7 +225,7 @@ lat_qemu() {
 	s=$(qemu_secs "$log")
 	awk -v s="$s" -v n=$lat_ios 'BEGIN { printf "%.2f\n", s * 1e6 / n }'
 }
-m4t_ioplane() { lat_ioplane -i threads -t writeback "$shm_file"; }
+m4t_ioplane() { lat_ioplane -f raw -i threads -t writeback "$shm_file"; }
 m4t_qemu() { lat_qemu -f raw -i threads -t writeback "$shm_file"; }
 m4n_ioplane() { lat_ioplane --poll-max-ns=32768 "null:size=1G,mode=threads,latency-ns=30000"; }
 m4n_qemu() { lat_qemu --image-opts driver=null-co,size=1G,latency-ns=30000; }

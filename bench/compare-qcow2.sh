@@ -226,7 +226,7 @@ fw() {
 	rm -f "$img"
 	case $tool/$kind in
 	ioplane/raw) create=("$IOPLANE" img create -q -f raw "$img" "$fw_size")
-		bench=("$IOPLANE" bench -t none -w -S 65536 -c "$fw_count" "$img") ;;
+		bench=("$IOPLANE" bench -f raw -t none -w -S 65536 -c "$fw_count" "$img") ;;
 	qemu/raw) create=(qemu-img create -q -f raw "$img" "$fw_size")
 		bench=(qemu-img bench -f raw -t none -n -w -S 65536 -c "$fw_count" "$img") ;;
 	ioplane/*) create=("$IOPLANE" img create -q -f qcow2 -o "cluster_size=$kind" "$img" "$fw_size")

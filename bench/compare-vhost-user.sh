@@ -108,7 +108,7 @@ start() {
 	rm -f "$sock"
 	if [ "$srv" = ioplane ]; then
 		local img="d,driver=null,size=1G"
-		[ "$be" = file ] && img="d,file=$file,cache=writeback,aio=io_uring"
+		[ "$be" = file ] && img="d,file=$file,format=raw,cache=writeback,aio=io_uring"
 		"$IOPLANE" serve --iothreads "$iothreads" "${ioplane_args[@]}" --image "$img" \
 			--vhost-user-blk unix="$sock",image=d,num-queues="$nq" >"$tmp/server.log" 2>&1 &
 	else

@@ -205,6 +205,7 @@ const struct blk_driver *blk_find_driver(const char *name);
  *   driver=file,filename=PATH[,cache=none|writeback][,aio=io_uring|native|threads]
  *   driver=null,size=SIZE[,read-zeroes=on][,latency-ns=NS][,mode=timer|threads]
  *   format=raw|...: a format node on top of the protocol node ([,offset=..,size=..])
+ *     raw: x-probed=on when the tool guessed the format (see raw.c)
  *   read-only=on, discard=unmap|ignore, request-alignment=N (testing)
  * Options not consumed by anyone are an error. */
 int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errlen);
@@ -307,6 +308,23 @@ int blk_do_sync(struct blk_node *bs, struct blk_request *req);
  * being read. Returns the fd, or -errno with a message naming the path and
  * what it is in err (-EINVAL: not a regular file or block device). */
 int blk_file_open(const char *path, int flags, mode_t mode, char *err, size_t errlen);
+
+/* Format probing (probe.c), for every format qemu-img probes: the format
+ * that a file's first bytes (head), last 512 bytes (tail, may be NULL) and
+ * name (may be NULL) say it is: "qcow2", "qcow", "qed", "vmdk", "vdi",
+ * "vhdx", "vpc", "parallels", "cloop", "bochs", "luks", "dmg" or "raw". */
+const char *blk_probe_buf(const uint8_t *head, size_t n, const uint8_t *tail, size_t tn,
+			  const char *filename);
+/* Probe the image at path (opened with blk_file_open): 0 and *fmt, or
+ * -errno and a message in err. */
+int blk_probe_file(const char *path, const char **fmt, char *err, size_t errlen);
+/* Same, and -ENOTSUP with a message naming the format if it is one that
+ * blk_open cannot open. */
+int blk_probe_format(const char *path, const char **fmt, char *err, size_t errlen);
+bool blk_format_supported(const char *fmt); /* raw, qcow2 */
+/* Log, for a writable node opened x-probed=on, that it was probed and what
+ * that restricts (callers, once the open succeeded). */
+void blk_probe_warn(const struct blk_node *bs, const char *path);
 
 /* Aligned buffer allocation (free with free()). */
 void *blk_alloc_buf(struct blk_node *bs, size_t len);

@@ -2,17 +2,27 @@
  * (offset=, size=) of them. Requests pass straight through with the offset
  * moved by the window start.
  *
- * Threading: the window is read-only after open; no per-request state. */
+ * A raw image whose format was probed (x-probed=on, set by the tools that
+ * probe) refuses, as QEMU does, a write that would give its first 512 bytes
+ * another format's signature: the next probe would take the image for that
+ * format, and a guest could then point a qcow2 backing file at any host file.
+ *
+ * Threading: the state is read-only after open; no per-request state. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "block/block.h"
+#include "util/iov.h"
 #include "util/opts.h"
+
+#define RAW_PROBE_BYTES 512
 
 struct raw_state {
 	uint64_t offset;
 	bool window; /* offset or size restrict the child */
+	bool probed; /* x-probed=on: guard sector 0 */
 };
 
 static int raw_window(struct blk_node *bs, uint64_t off, uint64_t size, bool has_size, char *err,
@@ -43,15 +53,25 @@ static int raw_window(struct blk_node *bs, uint64_t off, uint64_t size, bool has
 	return 0;
 }
 
+/* Whole sectors only, so that the guard sees every byte of sector 0 a write
+ * leaves behind (the core turns smaller writes into read-modify-write). */
+static void raw_set_probed(struct blk_node *bs, struct raw_state *s)
+{
+	s->probed = true;
+	if (bs->align < RAW_PROBE_BYTES)
+		bs->align = RAW_PROBE_BYTES;
+}
+
 static int raw_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
 {
 	struct raw_state *s;
 	uint64_t off = 0, size = 0;
-	bool has_size = kv_get(opts, "size") != NULL;
+	bool has_size = kv_get(opts, "size") != NULL, probed = false;
 	int ret;
 
-	if (kv_get_size(opts, "offset", &off) || kv_get_size(opts, "size", &size)) {
-		snprintf(err, errlen, "raw: bad offset or size");
+	if (kv_get_size(opts, "offset", &off) || kv_get_size(opts, "size", &size) ||
+	    kv_get_bool(opts, "x-probed", &probed)) {
+		snprintf(err, errlen, "raw: bad offset, size or x-probed");
 		return -EINVAL;
 	}
 	ret = raw_window(bs, off, size, has_size, err, errlen);
@@ -68,6 +88,8 @@ static int raw_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t
 	bs->align = bs->next->align;
 	bs->mem_align = bs->next->mem_align;
 	bs->max_transfer = bs->next->max_transfer;
+	if (probed)
+		raw_set_probed(bs, s);
 	return 0;
 }
 
@@ -77,10 +99,30 @@ static void raw_close(struct blk_node *bs)
 	bs->opaque = NULL;
 }
 
+/* The first sector as the write leaves it: the request covers it whole. */
+static int raw_check_sector0(const struct blk_request *req)
+{
+	uint8_t buf[RAW_PROBE_BYTES];
+
+	if (req->len < RAW_PROBE_BYTES ||
+	    iov_to_buf(req->iov, req->iovcnt, 0, buf, sizeof(buf)) != sizeof(buf))
+		return -EPERM; /* alignment makes this impossible; refuse, never guess */
+	if (strcmp(blk_probe_buf(buf, sizeof(buf), NULL, 0, NULL), "raw"))
+		return -EPERM;
+	return 0;
+}
+
 static int raw_submit(struct blk_node *bs, struct blk_request *req)
 {
 	const struct raw_state *s = bs->opaque;
 
+	if (__builtin_expect(s->probed, 0) && req->op == BLK_OP_WRITE &&
+	    req->offset < RAW_PROBE_BYTES) {
+		int ret = raw_check_sector0(req);
+
+		if (ret)
+			return ret;
+	}
 	if (!s->offset)
 		return blk_forward(bs, req);
 	return blk_forward_shift(bs, req, s->offset);

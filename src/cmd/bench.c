@@ -231,6 +231,7 @@ static void bench_usage(FILE *f)
 		"\n"
 		"TARGET: a file or block device, or null:size=SIZE[,latency-ns=NS]\n"
 		"        [,read-zeroes=on][,mode=threads]\n"
+		"-f: raw or qcow2; without it a file's format is probed as qemu-img bench does\n"
 		"--image-opts: TARGET is an option list, as serve --image takes it, e.g.\n"
 		"        driver=file,filename=IMG,format=qcow2,data-file=null:size=SIZE\n"
 		"        (qcow2 metadata from IMG, its external data file replaced by null)\n"
@@ -488,6 +489,30 @@ static int bench_open_opts(const char *target, const char *extra, const char *ro
 	return ret;
 }
 
+/* A file without -f is probed, as qemu-img bench does: qcow2 is opened as
+ * qcow2 (never benchmarked, or written, as raw container bytes), a format
+ * ioplane does not open is refused, and a probed raw image keeps its first
+ * sector from turning into another format. */
+static int bench_open_target(const struct bench_opts *o, char *extra, size_t extralen,
+			     struct blk_node **out, char *err, size_t errlen)
+{
+	const char *fmt = o->fmt;
+	size_t len = strlen(extra);
+	int ret;
+
+	if (!fmt && strncmp(o->target, "null:", 5)) {
+		ret = blk_probe_format(o->target, &fmt, err, errlen);
+		if (ret)
+			return ret;
+		if (!strcmp(fmt, "raw"))
+			snprintf(extra + len, extralen - len, ",x-probed=on");
+	}
+	ret = blk_open_target(o->target, fmt, extra, out, err, errlen);
+	if (!ret && !o->fmt && fmt && !strcmp(fmt, "raw"))
+		blk_probe_warn(*out, o->target);
+	return ret;
+}
+
 static int bench_open(const struct bench_opts *o, struct blk_node **out)
 {
 	static const char *const cache_opt[] = {
@@ -508,7 +533,7 @@ static int bench_open(const struct bench_opts *o, struct blk_node **out)
 	if (o->image_opts)
 		ret = bench_open_opts(o->target, extra, ro, out, err, sizeof(err));
 	else
-		ret = blk_open_target(o->target, o->fmt, extra, out, err, sizeof(err));
+		ret = bench_open_target(o, extra, sizeof(extra), out, err, sizeof(err));
 	if (ret < 0)
 		fprintf(stderr, "%s: Could not open '%s': %s\n", BENCH_PROG, o->target,
 			err[0] ? err : strerror(-ret));

@@ -27,9 +27,11 @@ void img_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int img_loop_start(struct loop **out);
 void img_loop_end(struct loop *loop, struct blk_node *bs);
 
-/* Opening. path: a file name or "null:size=..."; fmt NULL: probed from the
- * first bytes (a file named on the command line only: backing files are
- * never probed, the qcow2 driver takes their format from the header). */
+/* Opening. path: a file name or "null:size=..."; fmt NULL: probed as
+ * qemu-img does (blk_probe_format: an image of a format other than raw and
+ * qcow2 is refused, naming it; a probed raw image is opened x-probed=on).
+ * Only a file named on the command line is probed: backing files never are,
+ * the qcow2 driver takes their format from the header. */
 #define IMG_OPEN_RW (1u << 0)
 #define IMG_OPEN_NO_BACKING (1u << 1) /* qcow2: do not open the backing chain */
 /* qcow2, with IMG_OPEN_RW: open for qcow2_check's repair (repair=on), even

@@ -62,30 +62,6 @@ void img_loop_end(struct loop *loop, struct blk_node *bs)
 
 /* ---- opening ---- */
 
-static int img_probe_format(const char *path, const char **fmt, char *err, size_t errlen)
-{
-	static const unsigned char qcow2_magic[4] = { 'Q', 'F', 'I', 0xfb };
-	unsigned char m[4] = { 0 };
-	ssize_t n;
-	int fd;
-
-	if (!strncmp(path, "null:", 5)) {
-		*fmt = NULL;
-		return 0;
-	}
-	fd = blk_file_open(path, O_RDONLY, 0, err, errlen);
-	if (fd < 0)
-		return fd;
-	n = pread(fd, m, sizeof(m), 0);
-	close(fd);
-	if (n < 0) {
-		snprintf(err, errlen, "cannot read '%s': %s", path, strerror(errno));
-		return -errno;
-	}
-	*fmt = n == 4 && !memcmp(m, qcow2_magic, 4) ? "qcow2" : "raw";
-	return 0;
-}
-
 int img_check_cache(const char *cache)
 {
 	static const char *const ok[] = { "none", "writeback", "writethrough", "directsync",
@@ -109,13 +85,14 @@ static const char *img_cache_opt(const char *cache)
 	return "writeback";
 }
 
-static void img_extra(char *buf, size_t n, const char *path, const char *fmt,
+static void img_extra(char *buf, size_t n, const char *path, const char *fmt, bool probed,
 		      const struct img_open_opts *o)
 {
 	const char *cache = img_cache_opt(o->cache);
 	size_t len;
 
-	snprintf(buf, n, "read-only=%s", (o->flags & IMG_OPEN_RW) ? "off" : "on");
+	snprintf(buf, n, "read-only=%s%s", (o->flags & IMG_OPEN_RW) ? "off" : "on",
+		 probed && fmt && !strcmp(fmt, "raw") ? ",x-probed=on" : "");
 	len = strlen(buf);
 	if (cache && strncmp(path, "null:", 5))
 		snprintf(buf + len, n - len, ",cache=%s", cache);
@@ -134,25 +111,28 @@ int img_open(const char *path, const struct img_open_opts *o, struct blk_node **
 	     const char **fmt_out)
 {
 	const char *fmt = o->fmt;
+	bool probed = !fmt && strncmp(path, "null:", 5);
 	char extra[128], err[512] = "";
 	int ret;
 
-	if (!fmt) {
-		ret = img_probe_format(path, &fmt, err, sizeof(err));
+	if (probed) {
+		ret = blk_probe_format(path, &fmt, err, sizeof(err));
 		if (ret) {
 			img_err("Could not open '%s': %s", path, err);
 			return ret;
 		}
-	} else if (strcmp(fmt, "raw") && strcmp(fmt, "qcow2")) {
+	} else if (fmt && !blk_format_supported(fmt)) {
 		img_err("Unknown driver '%s'", fmt);
 		return -EINVAL;
 	}
-	img_extra(extra, sizeof(extra), path, fmt, o);
+	img_extra(extra, sizeof(extra), path, fmt, probed, o);
 	ret = blk_open_target(path, fmt, extra, out, err, sizeof(err));
 	if (ret) {
 		img_err("Could not open '%s': %s", path, err[0] ? err : strerror(-ret));
 		return ret;
 	}
+	if (probed && !strcmp(fmt, "raw"))
+		blk_probe_warn(*out, path);
 	if (fmt_out)
 		*fmt_out = fmt ? fmt : "raw";
 	return 0;

@@ -88,7 +88,7 @@ static void serve_usage(FILE *f)
 	fprintf(f,
 		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--max-connections N]\n"
 		"         [--max-request-memory SIZE]\n"
-		"         --image ID,file=PATH[,format=raw][,cache=none|writeback]\n"
+		"         --image ID,file=PATH[,format=raw|qcow2][,cache=none|writeback]\n"
 		"               [,aio=io_uring|native|threads][,read-only=on]\n"
 		"               [,discard=unmap|ignore][,detect-zeroes=off|on|unmap]\n"
 		"         --image ID,driver=null,size=SIZE[,latency-ns=NS][,read-zeroes=on]\n"
@@ -102,7 +102,10 @@ static void serve_usage(FILE *f)
 		"SIGHUP, SIGUSR1, SIGUSR2, SIGALRM and SIGPIPE are logged or ignored; they do\n"
 		"not stop the daemon.\n"
 		"\n"
-		"  --image SPEC           open an image (several allowed); ID names it\n"
+		"  --image SPEC           open an image (several allowed); ID names it. Without\n"
+		"                         format= the file is probed: raw is served (writes that\n"
+		"                         would make it look like another format are refused),\n"
+		"                         any other format must be given\n"
 		"  --nbd SPEC             export an image over NBD (several allowed; exports\n"
 		"                         with the same address share one socket). The export\n"
 		"                         name defaults to the image ID; exports are read-only\n"
@@ -266,15 +269,48 @@ static struct serve_image *find_image(struct serve *sv, const char *id)
 	return NULL;
 }
 
+/* file= without format=: probed as qemu-img does, but only raw is taken on
+ * a guess (and opened x-probed=on, so that writes cannot make it look like
+ * another format). Any other signature needs format=: opening a guessed
+ * qcow2 would follow backing file names that whoever wrote the image chose.
+ * Returns an exit status or -1. */
+static int image_probe(struct kv_opts *o, struct serve_image *img, const char *file)
+{
+	const char *fmt;
+	char err[512];
+	int ret = blk_probe_file(file, &fmt, err, sizeof(err));
+
+	if (ret) {
+		fprintf(stderr, "ioplane serve: --image %s: %s\n", img->id, err);
+		return ret == -EINVAL ? EXIT_USAGE : 1;
+	}
+	if (!strcmp(fmt, "qcow2")) {
+		fprintf(stderr, "ioplane serve: --image %s: '%s' is a qcow2 image; formats other "
+			"than raw are never guessed: give format=qcow2 (or format=raw to serve "
+			"its bytes as they are)\n", img->id, file);
+		return EXIT_USAGE;
+	}
+	if (strcmp(fmt, "raw")) {
+		fprintf(stderr, "ioplane serve: --image %s: '%s' is a %s image, a format ioplane "
+			"does not open (qemu-img convert -O qcow2 can convert it; format=raw "
+			"serves its bytes as they are)\n", img->id, file, fmt);
+		return EXIT_USAGE;
+	}
+	return kv_set(o, "format", "raw") || kv_set(o, "x-probed", "on") ? 1 : -1;
+}
+
 /* --image's shorthands onto blk_open's keys; returns an exit status or -1. */
 static int image_map_opts(struct kv_opts *o, struct serve_image *img)
 {
 	const char *file = kv_get(o, "file"), *dz = kv_get(o, "detect-zeroes");
+	int ret;
 
 	if (file && kv_get(o, "driver"))
 		return usage_error("--image %s: give file= or driver=, not both", img->id);
 	if (file && (kv_set(o, "driver", "file") || kv_set(o, "filename", file)))
 		return 1;
+	if (file && !kv_get(o, "format") && (ret = image_probe(o, img, file)) >= 0)
+		return ret;
 	if (!file && !kv_get(o, "driver"))
 		return usage_error("--image %s: needs file=PATH or driver=null", img->id);
 	kv_get(o, "driver"); /* kv_set leaves new keys unmarked; blk_open reads them */
@@ -310,6 +346,8 @@ static int open_image(struct serve *sv, const char *arg, struct serve_image *img
 		ret = blk_open(&o, &img->bs, sv->err, sizeof(sv->err));
 		if (ret < 0)
 			fprintf(stderr, "ioplane serve: --image %s: %s\n", img->id, sv->err);
+		else if (kv_get(&o, "x-probed"))
+			blk_probe_warn(img->bs, kv_get(&o, "filename"));
 		ret = ret == -EINVAL ? EXIT_USAGE : ret < 0 ? 1 : -1;
 	}
 	kv_free(&o);

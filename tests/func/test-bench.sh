@@ -130,7 +130,7 @@ bad_sets=(
 	"null:size=1G,no-such-key=1"
 	"-f no-such-format $IMG"
 	"-o 2G null:size=1G"
-	"-w -o 1M $IMG"
+	"-w -f raw -o 1M $IMG" # -f: a probed raw image adds qemu-img's warning line
 )
 for opts in "${bad_sets[@]}"; do
 	run_status 1 "$IOPLANE" bench $opts
