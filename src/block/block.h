@@ -52,6 +52,26 @@ enum blk_op {
 
 #define BLK_DRV_CTX_SIZE 160
 
+/* Permissions on an image, QEMU's bits: the file driver turns them into the
+ * lock bytes QEMU's file driver uses, so that QEMU and ioplane see each
+ * other (file-lock.c). A node "holds" the permissions its users need and
+ * "shares" those it lets other users (in this or another process) have. */
+#define BLK_PERM_CONSISTENT_READ (1u << 0) /* reads see what was written */
+#define BLK_PERM_WRITE		 (1u << 1)
+#define BLK_PERM_WRITE_UNCHANGED (1u << 2) /* writes that do not change the data */
+#define BLK_PERM_RESIZE		 (1u << 3)
+#define BLK_PERM_ALL		 0xfu
+#define BLK_PERM_COUNT		 4
+
+/* What a node needs of one child (child_perms). */
+struct blk_perm_req {
+	struct blk_node *child;
+	uint32_t perm, shared;
+};
+#define BLK_PERM_MAX_CHILDREN 4
+
+enum blk_perm_step { BLK_PERM_PREPARE, BLK_PERM_COMMIT, BLK_PERM_ABORT };
+
 struct blk_request {
 	/* Set by the submitter. */
 	uint8_t op;            /* enum blk_op */
@@ -128,6 +148,21 @@ struct blk_driver {
 	bool (*can_fua)(struct blk_node *bs);         /* false: core emulates with a flush */
 	bool (*can_block_status)(struct blk_node *bs);
 	bool (*can_multi_conn)(struct blk_node *bs);  /* flush covers all threads' writes */
+	/* Permissions (perm.c), main thread. The children this node uses and
+	 * what it needs of each while it holds perm and shares shared: fills
+	 * out (at most BLK_PERM_MAX_CHILDREN), returns the count. NULL: `next`
+	 * (if any) gets perm and shared as they are. Also called before open()
+	 * (bs->opaque NULL, `next` set), so that `next` is locked before the
+	 * driver reads or writes it. */
+	unsigned (*child_perms)(struct blk_node *bs, uint32_t perm, uint32_t shared,
+				struct blk_perm_req *out);
+	/* Nodes that lock an image (file): PREPARE takes what perm and shared
+	 * need, keeping what is held, and checks that no other user conflicts
+	 * (-errno and a message, having dropped what it took); then exactly
+	 * one of COMMIT (drop what is no longer needed) or ABORT (back to the
+	 * previous state), which cannot fail. */
+	int (*set_perm)(struct blk_node *bs, enum blk_perm_step step, uint32_t perm,
+			uint32_t shared, char *err, size_t errlen);
 };
 
 #define BLK_HIST_BUCKETS 40 /* log2 of latency in ns */
@@ -176,6 +211,14 @@ struct blk_node {
 	bool discard_ignore;     /* discard=ignore: succeed without doing anything */
 	/* Capabilities, cached by blk_open() from the driver's probes. */
 	bool has_fua, has_discard, has_write_zeroes, has_block_status;
+	/* Permissions (perm.c), main thread only. user_perm/user_shared: what
+	 * the users of a root node hold and share (blk_set_perm; 0 and
+	 * BLK_PERM_ALL after open). perm/shared: what this node holds and
+	 * shares as a result. force_share: force-share=on, shares everything. */
+	uint32_t user_perm, user_shared;
+	uint32_t perm, shared;
+	bool force_share;
+	bool no_io; /* x-no-io=on: metadata only (img info), no consistent read */
 
 	/* Per-thread state, indexed by loop_index(); each slot is owned by that
 	 * loop's thread. Statistics count requests submitted to this node only
@@ -206,13 +249,46 @@ const struct blk_driver *blk_find_driver(const char *name);
  *   driver=null,size=SIZE[,read-zeroes=on][,latency-ns=NS][,mode=timer|threads]
  *   format=raw|...: a format node on top of the protocol node ([,offset=..,size=..])
  *     raw: x-probed=on when the tool guessed the format (see raw.c)
- *   read-only=on, discard=unmap|ignore, request-alignment=N (testing)
+ *   read-only=on, discard=unmap|ignore, request-alignment=N (testing),
+ *   force-share=on (read-only only: share every permission, take no lock that
+ *   keeps others out), x-no-io=on (qemu-img info's open: no consistent read
+ *   on metadata), file: locking=on|off|auto
  * Options not consumed by anyone are an error. */
 int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errlen);
 /* Open a TARGET as `ioplane bench`/`img` take it: a path, or
  * "null:size=SIZE[,...]" ; fmt may be NULL (raw). extra: more options (may be NULL). */
 int blk_open_target(const char *target, const char *fmt, const char *extra,
                     struct blk_node **out, char *err, size_t errlen);
+/* Permissions (perm.c): the users of root node bs now hold perm and share
+ * shared (BLK_PERM_*); every node below gets what its parent's driver says
+ * it needs, and file nodes lock accordingly. All or nothing: on a conflict
+ * with another user of an image (-EBUSY, with a message naming the image
+ * and the permission) or an error, every node keeps its previous locks.
+ * WRITE or RESIZE on a read-only node: -EROFS. Main thread. */
+int blk_set_perm(struct blk_node *bs, uint32_t perm, uint32_t shared, char *err, size_t errlen);
+/* Recompute and apply the permissions of the stack below root bs from its
+ * users' (after a child was added or opened). Same results as blk_set_perm. */
+int blk_perm_refresh(struct blk_node *bs, char *err, size_t errlen);
+/* What a format driver needs of a child, by role (QEMU's rules), when the
+ * node holds perm and shares shared. Storage: the image file (metadata: the
+ * format's own metadata is there; data: guest data is there). */
+void blk_perm_storage(const struct blk_node *bs, bool metadata, bool data, uint32_t perm,
+		      uint32_t shared, struct blk_perm_req *r);
+/* A backing file: consistent read if the node needs it; never shares write
+ * or resize (QEMU shares them when the node's users share write: ioplane
+ * does not let the data under an overlay change). */
+void blk_perm_backing(uint32_t perm, uint32_t shared, struct blk_perm_req *r);
+/* "consistent read, write" for a set of BLK_PERM_* bits. */
+void blk_perm_names(uint32_t perm, char *buf, size_t len);
+/* Create (file-lock.c): open path for writing, creating it, lock it for
+ * perm and shared and, if nobody conflicts, truncate it to 0 bytes. The fd
+ * keeps the locks until closed. fd or -errno with a message in err. QEMU
+ * creates a file holding write and resize and sharing all but resize
+ * (BLK_CREATE_*), and a qcow2 image then as a writable qcow2 open. */
+#define BLK_CREATE_PERM	  (BLK_PERM_WRITE | BLK_PERM_RESIZE)
+#define BLK_CREATE_SHARED (BLK_PERM_ALL & ~BLK_PERM_RESIZE)
+int blk_file_create(const char *path, uint32_t perm, uint32_t shared, char *err, size_t errlen);
+
 /* Close bs: its driver's close(), then every child (recursively), then the
  * node itself. Drivers never close their children. NULL: nothing. */
 void blk_close(struct blk_node *bs);

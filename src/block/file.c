@@ -362,12 +362,34 @@ int blk_file_open(const char *path, int flags, mode_t mode, char *err, size_t er
 
 /* ---- open, probing, close ---- */
 
+enum file_locking { FILE_LOCK_AUTO = 0, FILE_LOCK_ON, FILE_LOCK_OFF };
+
 struct file_opts {
 	const char *filename;
 	bool direct;
 	enum file_aio aio;
 	unsigned max_batch;
+	enum file_locking locking;
 };
+
+/* locking=on|off|auto, as QEMU's file driver: auto locks where OFD locks work. */
+static int file_parse_locking(struct kv_opts *opts, struct file_opts *fo, char *err,
+			      size_t errlen)
+{
+	const char *l = kv_get(opts, "locking");
+
+	if (!l || !strcmp(l, "auto"))
+		fo->locking = FILE_LOCK_AUTO;
+	else if (!strcmp(l, "on"))
+		fo->locking = FILE_LOCK_ON;
+	else if (!strcmp(l, "off"))
+		fo->locking = FILE_LOCK_OFF;
+	else {
+		snprintf(err, errlen, "file: locking must be on, off or auto, not '%s'", l);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 static int file_parse_opts(struct kv_opts *opts, struct file_opts *fo, char *err, size_t errlen)
 {
@@ -409,7 +431,7 @@ static int file_parse_opts(struct kv_opts *opts, struct file_opts *fo, char *err
 	if (max_batch == 0 && fo->aio == FILE_AIO_NATIVE)
 		max_batch = FILE_AIO_MAX_BATCH_NATIVE;
 	fo->max_batch = (unsigned)max_batch;
-	return 0;
+	return file_parse_locking(opts, fo, err, errlen);
 }
 
 static int file_check_engine(enum file_aio aio, char *err, size_t errlen)
@@ -508,6 +530,34 @@ static int file_do_open(struct file_state *s, const struct file_opts *fo, bool r
 	return s->fd;
 }
 
+/* No lock is taken yet: the node holds nothing and shares everything until
+ * the permissions are set (perm.c). */
+static int file_setup_lock(struct file_state *s, const struct file_opts *fo, char *err,
+			   size_t errlen)
+{
+	int ret;
+
+	s->shared = BLK_PERM_ALL;
+	s->path = strdup(fo->filename);
+	if (!s->path) {
+		snprintf(err, errlen, "file: out of memory");
+		return -ENOMEM;
+	}
+	if (fo->locking == FILE_LOCK_OFF)
+		return 0;
+	ret = file_lock_probe(s->fd);
+	s->use_lock = ret == 0;
+	if (ret && fo->locking == FILE_LOCK_ON) {
+		snprintf(err, errlen, "file: locking=on, but '%s' cannot be locked: %s",
+			 fo->filename, strerror(-ret));
+		return ret;
+	}
+	if (ret)
+		log_debug("file: '%s': no OFD locks (%s); not locked", fo->filename,
+			  strerror(-ret));
+	return 0;
+}
+
 static int file_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
 {
 	struct file_opts fo;
@@ -532,6 +582,8 @@ static int file_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_
 	if (ret)
 		goto fail;
 	ret = file_probe_size(bs, s, fo.filename, err, errlen);
+	if (!ret)
+		ret = file_setup_lock(s, &fo, err, errlen);
 	if (ret)
 		goto fail_close;
 	file_probe_align(bs, s);
@@ -543,6 +595,7 @@ static int file_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_
 fail_close:
 	close(s->fd);
 fail:
+	free((char *)s->path);
 	free(s);
 	return ret;
 }
@@ -576,7 +629,9 @@ static void file_close(struct blk_node *bs)
 		return;
 	for (unsigned i = 0; i < LOOP_MAX_THREADS; i++)
 		file_free_thread(bs, i);
+	file_unlock_all(s);
 	close(s->fd);
+	free((char *)s->path);
 	free(s);
 	bs->opaque = NULL;
 }
@@ -666,6 +721,7 @@ const struct blk_driver blk_drv_file = {
 	.can_fua = file_can_true, /* RWF_DSYNC in every engine */
 	.can_block_status = file_can_block_status,
 	.can_multi_conn = file_can_true, /* fdatasync covers writes from every thread */
+	.set_perm = file_set_perm,
 };
 
 #define FILE_XFS_MAGIC 0x58465342

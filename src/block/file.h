@@ -35,6 +35,12 @@ struct file_state {
 	 * fallback. A stale read only costs one failed fallocate. */
 	bool zero_range_ok;
 	bool punch_ok; /* same, for FALLOC_FL_PUNCH_HOLE */
+	/* Image locks (file-lock.c), main thread: use_lock from locking=;
+	 * perm/shared as committed; lk_perm/lk_unshared: the bits whose bytes
+	 * (100+bit, 200+bit) this fd locks now. */
+	bool use_lock;
+	uint32_t perm, shared, lk_perm, lk_unshared;
+	const char *path; /* for messages; owned by the node (file.c) */
 };
 
 static inline struct file_state *file_state(struct blk_node *bs)
@@ -107,6 +113,17 @@ int file_rw_advance(struct file_rw *rw, struct blk_request *req, ssize_t res);
 /* Thread-pool helpers shared by all engines (file.c): flush, discard,
  * write-zeroes and block-status run as blocking work on the pool. */
 int file_submit_misc(struct blk_node *bs, struct blk_request *req);
+
+/* Locks (file-lock.c). 0 if OFD locks work on fd, else -errno. */
+int file_lock_probe(int fd);
+/* Drop every image lock of s now. Closing the fd would too, but only once
+ * the open file is released: io_uring may keep a reference to it for a
+ * while after the last request completed (a DEFER_TASKRUN ring frees a
+ * request an io-wq worker finished only when it is next entered). */
+void file_unlock_all(struct file_state *s);
+/* The driver's set_perm. */
+int file_set_perm(struct blk_node *bs, enum blk_perm_step step, uint32_t perm, uint32_t shared,
+		  char *err, size_t errlen);
 
 /* Engines. submit() gets READ, WRITE and FLUSH only. */
 int file_uring_check(char *err, size_t errlen); /* can this machine run it? */

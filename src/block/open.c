@@ -16,6 +16,8 @@
 struct open_common {
 	bool read_only;
 	bool discard_ignore;
+	bool force_share;
+	bool no_io;
 	uint64_t req_align; /* 0: none asked for */
 };
 
@@ -25,6 +27,18 @@ static int open_parse_common(struct kv_opts *opts, struct open_common *c, char *
 
 	if (kv_get_bool(opts, "read-only", &c->read_only)) {
 		snprintf(err, errlen, "read-only: expected on or off");
+		return -EINVAL;
+	}
+	if (kv_get_bool(opts, "force-share", &c->force_share)) {
+		snprintf(err, errlen, "force-share: expected on or off");
+		return -EINVAL;
+	}
+	if (kv_get_bool(opts, "x-no-io", &c->no_io)) {
+		snprintf(err, errlen, "x-no-io: expected on or off");
+		return -EINVAL;
+	}
+	if (c->force_share && !c->read_only) {
+		snprintf(err, errlen, "force-share=on can only be used with read-only images");
 		return -EINVAL;
 	}
 	if (discard && strcmp(discard, "ignore") == 0) {
@@ -59,17 +73,14 @@ static void blk_node_free(struct blk_node *bs)
 	free(bs);
 }
 
-/* Open one node on top of `next` (NULL for a protocol node). */
-static int open_node(const struct blk_driver *drv, struct blk_node *next, struct kv_opts *opts,
-		     const struct open_common *c, struct blk_node **out, char *err, size_t errlen)
+static struct blk_node *node_new(const struct blk_driver *drv, struct blk_node *next,
+				 const struct open_common *c)
 {
 	struct blk_node *bs = calloc(1, sizeof(*bs));
-	int ret;
 
 	if (!bs || !(bs->name = strdup(drv->name))) {
 		free(bs);
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
+		return NULL;
 	}
 	bs->drv = drv;
 	bs->align = 1;
@@ -78,7 +89,39 @@ static int open_node(const struct blk_driver *drv, struct blk_node *next, struct
 	bs->discard_ignore = c->discard_ignore;
 	if (next)
 		blk_add_child(bs, BLK_ROLE_FILE, next); /* the first child: cannot fail */
-	ret = drv->open(bs, opts, err, errlen);
+	bs->force_share = c->force_share;
+	bs->no_io = c->no_io;
+	bs->user_shared = bs->shared = BLK_PERM_ALL;
+	return bs;
+}
+
+/* drv->open, with a format's `next` locked before it (for what the driver
+ * needs while it has no users: it reads and may write `next` in open()) and
+ * after it, with the children open() added (qcow2: backing, data file). */
+static int open_locked(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
+{
+	int ret = bs->next ? blk_perm_refresh(bs, err, errlen) : 0;
+
+	if (ret || (ret = bs->drv->open(bs, opts, err, errlen)))
+		return ret;
+	ret = bs->next ? blk_perm_refresh(bs, err, errlen) : 0;
+	if (ret && bs->drv->close)
+		bs->drv->close(bs);
+	return ret;
+}
+
+/* Open one node on top of `next` (NULL for a protocol node). */
+static int open_node(const struct blk_driver *drv, struct blk_node *next, struct kv_opts *opts,
+		     const struct open_common *c, struct blk_node **out, char *err, size_t errlen)
+{
+	struct blk_node *bs = node_new(drv, next, c);
+	int ret;
+
+	if (!bs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	ret = open_locked(bs, opts, err, errlen);
 	if (ret) {
 		blk_take_child(bs, BLK_ROLE_FILE); /* still the caller's to close */
 		blk_node_free(bs);

@@ -163,6 +163,23 @@ static bool raw_can_multi_conn(struct blk_node *bs)
 	return blk_can_multi_conn(bs->next);
 }
 
+/* The whole child passes permissions through; a window is guest data in a
+ * part of the file, which must keep its size (QEMU's data role, without
+ * the write and resize the users do not need). */
+static unsigned raw_child_perms(struct blk_node *bs, uint32_t perm, uint32_t shared,
+				struct blk_perm_req *out)
+{
+	const struct raw_state *s = bs->opaque;
+	const uint32_t wr = BLK_PERM_WRITE | BLK_PERM_RESIZE;
+
+	out[0] = (struct blk_perm_req){ bs->next, perm, shared };
+	if (s && s->window) {
+		blk_perm_storage(bs, false, true, perm, shared, &out[0]);
+		out[0].perm = (out[0].perm & ~wr) | (perm & wr);
+	}
+	return 1;
+}
+
 const struct blk_driver blk_drv_raw = {
 	.name = "raw",
 	.is_format = true,
@@ -175,4 +192,5 @@ const struct blk_driver blk_drv_raw = {
 	.can_fua = raw_can_fua,
 	.can_block_status = raw_can_block_status,
 	.can_multi_conn = raw_can_multi_conn,
+	.child_perms = raw_child_perms,
 };

@@ -106,6 +106,23 @@ have_odirect() {
 	return $rc
 }
 
+# wait_unlocked FILE: until no process holds an image lock (QEMU's bytes 100-103, 200-203)
+# on FILE, 10 s at most. A process killed with I/O in flight keeps its locks until that
+# I/O ends: its open file lives that long.
+wait_unlocked() {
+	python3 - "$1" <<'PY' || fail "$1 is still locked after 10 s"
+import fcntl, os, struct, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+for _ in range(200):
+    if not any(struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK,
+               struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, b, 1, 0)))[0] != fcntl.F_UNLCK
+               for b in list(range(100, 104)) + list(range(200, 204))):
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit(1)
+PY
+}
+
 # True when the binary was built with AddressSanitizer (valgrind cannot run it).
 is_sanitized() {
 	ldd "$IOPLANE" 2>/dev/null | grep -q libasan

@@ -47,6 +47,7 @@ for ((run = 0; run < RUNS; run++)); do
 		fail "run $run: the NBD client failed"
 	wait "$NBD_PID" 2>/dev/null || true
 	nbd_forget "$NBD_PID"
+	wait_unlocked crash.qcow2
 	flushes=$(python3 -c 'import json; print(json.load(open("state.json"))["flushes"])')
 	total_flushes=$((total_flushes + flushes))
 

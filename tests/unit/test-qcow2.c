@@ -1144,6 +1144,30 @@ static int crash_child(const char *img, uint64_t seed, int fd)
 	return 0;
 }
 
+/* A process killed with I/O in flight keeps its image locks until that I/O
+ * ends (its open file lives that long): wait, 10 s at most. */
+static void wait_unlocked(const char *p)
+{
+	int fd = open(p, O_RDONLY);
+
+	assert_true(fd >= 0);
+	for (int i = 0; i < 1000; i++) {
+		bool held = false;
+
+		for (int b = 100; b < 204 && !held; b = b == 103 ? 200 : b + 1) {
+			struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = b,
+					    .l_len = 1 };
+
+			assert_int_equal(fcntl(fd, F_OFD_GETLK, &fl), 0);
+			held = fl.l_type != F_UNLCK;
+		}
+		if (!held)
+			break;
+		usleep(10000);
+	}
+	close(fd);
+}
+
 static void test_crash_consistency(void **state)
 {
 	struct qcow2_create_opts o = { .size = CR_SLOTS * CR_SLOT, .cluster_size = 4096 };
@@ -1178,6 +1202,7 @@ static void test_crash_consistency(void **state)
 		close(p[0]);
 		assert_int_equal(waitpid(pid, &st, 0), pid);
 		assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+		wait_unlocked(path("cr.qcow2"));
 		if (getenv("QCOW2_TEST_VERBOSE"))
 			print_message("seed %u: killed after flushed write %u\n", seed, last);
 		/* 0 clean, 3 leaks only; 2 would be corruption. A lazy-refcounts

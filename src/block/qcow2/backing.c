@@ -39,15 +39,17 @@ char *qc_path_relative(const char *image, const char *name)
 	return p;
 }
 
-/* Open PATH as the given format, read-only unless rw, with the cache and
- * engine options of the image itself. */
+/* Options of the image that its backing and data files take too. */
+static const char *const qc_inherited[] = { "cache", "aio", "aio-max-batch", "locking",
+					    "force-share", "x-no-io" };
+
+/* Open PATH as the given format, read-only unless rw, with the cache,
+ * engine and locking options of the image itself. */
 static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *path,
 			 const char *fmt, bool rw, struct blk_node **out, char *err, size_t errlen,
 			 bool relative)
 {
 	struct kv_opts o = { 0 };
-	const char *cache = kv_get(opts, "cache"), *aio = kv_get(opts, "aio");
-	const char *max_batch = kv_get(opts, "aio-max-batch");
 	char *full = relative ? qc_path_relative(s->image_path, path) : strdup(path);
 	int ret;
 
@@ -60,12 +62,12 @@ static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *p
 		ret = kv_set(&o, "format", fmt);
 	if (!ret)
 		ret = kv_set(&o, "read-only", rw ? "off" : "on");
-	if (!ret && cache)
-		ret = kv_set(&o, "cache", cache);
-	if (!ret && aio)
-		ret = kv_set(&o, "aio", aio);
-	if (!ret && max_batch)
-		ret = kv_set(&o, "aio-max-batch", max_batch);
+	for (size_t i = 0; !ret && i < sizeof(qc_inherited) / sizeof(qc_inherited[0]); i++) {
+		const char *v = kv_get(opts, qc_inherited[i]);
+
+		if (v)
+			ret = kv_set(&o, qc_inherited[i], v);
+	}
 	if (!ret) {
 		qc_chain_depth++;
 		ret = blk_open(&o, out, err, errlen);

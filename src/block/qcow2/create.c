@@ -79,7 +79,9 @@ static int cr_backing_size(const char *image, const struct qcow2_create_opts *o,
 
 	if (!p)
 		return -ENOMEM;
-	ret = blk_open_target(p, o->backing_fmt, "read-only=on", &bs, sub, sizeof(sub));
+	/* Only the size is read: share everything, as qemu-img does. */
+	ret = blk_open_target(p, o->backing_fmt, "read-only=on,force-share=on", &bs, sub,
+			      sizeof(sub));
 	free(p);
 	if (ret)
 		return cr_err(err, n, ret, "cannot open the backing file to get its size", sub);
@@ -289,7 +291,7 @@ static int cr_data_file(const char *image, const struct qcow2_create_opts *o, ch
 	int fd, ret;
 
 	(void)image;
-	fd = blk_file_open(o->data_file, O_RDWR | O_CREAT | O_TRUNC, 0644, sub, sizeof(sub));
+	fd = blk_file_create(o->data_file, BLK_CREATE_PERM, BLK_CREATE_SHARED, sub, sizeof(sub));
 	if (fd < 0)
 		return cr_err(err, n, fd, "cannot create data file", sub);
 	ret = cr_prealloc_data(fd, o->prealloc == QCOW2_PREALLOC_OFF ? QCOW2_PREALLOC_METADATA
@@ -336,14 +338,19 @@ int qcow2_create(const char *path, const struct qcow2_create_opts *o, char *err,
 	ret = cr_plan(o, o->size, &l);
 	if (ret)
 		return cr_err(err, errlen, ret, "virtual size too large for this cluster size", NULL);
-	if (o->data_file) {
-		ret = cr_data_file(path, o, err, errlen);
-		if (ret)
-			return ret;
-	}
-	fd = blk_file_open(path, O_RDWR | O_CREAT | O_TRUNC, 0644, sub, sizeof(sub));
+	/* The image first: if it is in use, nothing is touched. Locked as QEMU
+	 * creates it and then opens it to write the qcow2 structures. */
+	fd = blk_file_create(path, BLK_CREATE_PERM | BLK_PERM_CONSISTENT_READ,
+			     BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED, sub, sizeof(sub));
 	if (fd < 0)
 		return cr_err(err, errlen, fd, "cannot create", sub);
+	if (o->data_file) {
+		ret = cr_data_file(path, o, err, errlen);
+		if (ret) {
+			close(fd);
+			return ret;
+		}
+	}
 	if (!o->no_extent_hint)
 		blk_file_extent_hint(fd, BLK_EXTENT_HINT_DEFAULT); /* best effort: XFS only */
 	c = qc_alloc_buf(l.cs);

@@ -670,6 +670,30 @@ static bool qc_can_multi_conn(struct blk_node *bs)
 	return blk_children_can_multi_conn(bs);
 }
 
+/* QEMU's roles: the image file holds metadata (and the guest data unless
+ * there is an external data file), the data file guest data, the backing
+ * file what the image does not allocate. Before open (no state yet) only
+ * the image file is known. */
+static unsigned qc_child_perms(struct blk_node *bs, uint32_t perm, uint32_t shared,
+			       struct blk_perm_req *out)
+{
+	const struct qc_state *s = bs->opaque;
+	bool ext = s && s->data_external && s->data;
+	unsigned n = 0;
+
+	out[n].child = bs->next;
+	blk_perm_storage(bs, true, !ext, perm, shared, &out[n++]);
+	if (ext) {
+		out[n].child = s->data;
+		blk_perm_storage(bs, false, true, perm, shared, &out[n++]);
+	}
+	if (s && s->backing) {
+		out[n].child = s->backing;
+		blk_perm_backing(perm, shared, &out[n++]);
+	}
+	return n;
+}
+
 const struct blk_driver blk_drv_qcow2 = {
 	.name = "qcow2",
 	.is_format = true,
@@ -682,6 +706,7 @@ const struct blk_driver blk_drv_qcow2 = {
 	.can_write_zeroes = qc_can_true,
 	.can_block_status = qc_can_true,
 	.can_multi_conn = qc_can_multi_conn,
+	.child_perms = qc_child_perms,
 };
 
 /* ---- tool API ---- */
