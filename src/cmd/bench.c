@@ -33,7 +33,7 @@ struct bench_opts {
 	const char *fmt, *aio, *target;
 	enum bench_cache cache;
 	uint8_t pattern;
-	bool write, quiet, drain, random, seeded, image_opts;
+	bool write, quiet, drain, random, seeded, image_opts, force_share;
 };
 
 struct bench_req {
@@ -345,7 +345,7 @@ static int bench_opt(int c, const char *arg, struct bench_opts *o)
 	case 'S': return bench_size(arg, INT_MAX, "step_size", &o->step);
 	case 't': return bench_parse_cache(arg, &o->cache);
 	case 'w': o->write = true; return 0;
-	case 'U': return 0; /* force-share: we take no image locks */
+	case 'U': o->force_share = true; return 0;
 	case 'h': bench_usage(stdout); return 1;
 	case OPT_FLUSH_INTERVAL:
 		return bench_num(arg, 0, INT_MAX, "flush interval", &o->flush_interval);
@@ -513,6 +513,19 @@ static int bench_open_target(const struct bench_opts *o, char *extra, size_t ext
 	return ret;
 }
 
+/* As qemu-img bench: reads, and writes with -w, sharing everything. */
+static int bench_lock(const struct bench_opts *o, struct blk_node **bs, char *err, size_t errlen)
+{
+	uint32_t perm = BLK_PERM_CONSISTENT_READ | (o->write ? BLK_PERM_WRITE : 0);
+	int ret = blk_set_perm(*bs, perm, BLK_PERM_ALL, err, errlen);
+
+	if (ret) {
+		blk_close(*bs);
+		*bs = NULL;
+	}
+	return ret;
+}
+
 static int bench_open(const struct bench_opts *o, struct blk_node **out)
 {
 	static const char *const cache_opt[] = {
@@ -520,8 +533,9 @@ static int bench_open(const struct bench_opts *o, struct blk_node **out)
 		[CACHE_WRITETHROUGH] = "writeback", [CACHE_DIRECTSYNC] = "none",
 		[CACHE_UNSAFE] = "writeback",
 	};
-	const char *ro = o->write ? "read-only=off" : "read-only=on";
-	char extra[128], err[256] = "";
+	const char *ro = o->write ? "read-only=off"
+			 : o->force_share ? "read-only=on,force-share=on" : "read-only=on";
+	char extra[128], err[512] = "";
 	int ret;
 
 	/* The null driver has no cache or engine to choose. */
@@ -530,10 +544,16 @@ static int bench_open(const struct bench_opts *o, struct blk_node **out)
 	else
 		snprintf(extra, sizeof(extra), "cache=%s,aio=%s,%s", cache_opt[o->cache],
 			 o->aio ? o->aio : "io_uring", ro);
-	if (o->image_opts)
+	if (o->write && o->force_share) {
+		snprintf(err, sizeof(err), "force-share=on can only be used with read-only images");
+		ret = -EINVAL;
+	} else if (o->image_opts) {
 		ret = bench_open_opts(o->target, extra, ro, out, err, sizeof(err));
-	else
+	} else {
 		ret = bench_open_target(o, extra, sizeof(extra), out, err, sizeof(err));
+	}
+	if (!ret)
+		ret = bench_lock(o, out, err, sizeof(err));
 	if (ret < 0)
 		fprintf(stderr, "%s: Could not open '%s': %s\n", BENCH_PROG, o->target,
 			err[0] ? err : strerror(-ret));

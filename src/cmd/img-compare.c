@@ -27,7 +27,7 @@ enum { CMP_SAME = 0, CMP_DIFFER = 1, CMP_EOPEN = 2, CMP_ESTATUS = 3, CMP_EREAD =
 
 struct cmp_args {
 	const char *fmt1, *fmt2, *file1, *file2, *cache;
-	bool progress, quiet, strict;
+	bool progress, quiet, strict, force_share;
 };
 
 struct cmp {
@@ -209,7 +209,7 @@ static int cmp_parse(int argc, char **argv, struct cmp_args *a)
 		case 'p': a->progress = true; break;
 		case 'q': a->quiet = true; break;
 		case 's': a->strict = true; break;
-		case 'U': break;
+		case 'U': a->force_share = true; break;
 		case 'T':
 			if (img_check_cache(optarg))
 				return -EINVAL;
@@ -233,8 +233,9 @@ static int cmp_parse(int argc, char **argv, struct cmp_args *a)
 
 static int cmp_open(struct cmp *c)
 {
-	struct img_open_opts o1 = { .fmt = c->a->fmt1, .cache = c->a->cache };
-	struct img_open_opts o2 = { .fmt = c->a->fmt2, .cache = c->a->cache };
+	unsigned fl = c->a->force_share ? IMG_OPEN_FORCE_SHARE : 0;
+	struct img_open_opts o1 = { .fmt = c->a->fmt1, .flags = fl, .cache = c->a->cache };
+	struct img_open_opts o2 = { .fmt = c->a->fmt2, .flags = fl, .cache = c->a->cache };
 
 	if (img_open(c->a->file1, &o1, &c->bs1, NULL) || img_open(c->a->file2, &o2, &c->bs2, NULL))
 		return CMP_EOPEN;

@@ -36,7 +36,7 @@ struct cv_args {
 	const char *src_fmt, *dst_fmt, *src, *dst, *backing, *backing_fmt, *cache, *src_cache;
 	struct kv_opts o;
 	uint64_t workers, sparse;
-	bool in_order, progress, compress, no_create, target_zero, quiet;
+	bool in_order, progress, compress, no_create, target_zero, quiet, force_share;
 };
 
 struct cv;
@@ -419,7 +419,9 @@ static int cv_create_target(const struct cv_args *a, uint64_t size)
 
 static int cv_open(struct cv *s, const struct cv_args *a)
 {
-	struct img_open_opts so = { .fmt = a->src_fmt, .cache = a->src_cache };
+	/* As qemu-img: the source must not change under the copy (unless -U). */
+	struct img_open_opts so = { .fmt = a->src_fmt, .cache = a->src_cache,
+				    .flags = a->force_share ? IMG_OPEN_FORCE_SHARE : IMG_OPEN_NO_SHARE };
 	struct img_open_opts dopt = { .fmt = a->dst_fmt, .flags = IMG_OPEN_RW, .cache = a->cache };
 	int ret = img_open(a->src, &so, &s->src, NULL);
 
@@ -528,7 +530,7 @@ static int cv_opt(int c, const char *arg, struct cv_args *a)
 	case 'p': a->progress = true; return 0;
 	case 'q': a->quiet = true; return 0;
 	case 'W': a->in_order = false; return 0;
-	case 'U': return 0;
+	case 'U': a->force_share = true; return 0;
 	case 'm': return cv_opt_num(arg, a);
 	case 'S': return img_parse_size(arg, &a->sparse);
 	case 't': a->cache = arg; return img_check_cache(arg);

@@ -161,7 +161,7 @@ static int create_raw(const struct img_create *c)
 	if (!c->quiet)
 		printf("Formatting '%s', fmt=raw size=%" PRIu64 "%s%s\n", c->file, c->size,
 		       pre ? " preallocation=" : "", pre ? pre : "");
-	fd = blk_file_open(c->file, O_RDWR | O_CREAT | O_TRUNC, 0644, err, sizeof(err));
+	fd = blk_file_create(c->file, BLK_CREATE_PERM, BLK_CREATE_SHARED, err, sizeof(err));
 	if (fd < 0) {
 		img_err("Could not create '%s': %s", c->file, err);
 		return fd;
@@ -280,11 +280,12 @@ int img_create_image(const struct img_create *c)
 
 /* ---- create ---- */
 
-/* The size of the backing file, opened as its declared format. */
+/* The size of the backing file, opened as its declared format; as qemu-img,
+ * sharing everything (it may be in use: only its size is read). */
 static int create_backing_size(const char *image, const char *backing, const char *fmt,
 			       uint64_t *size)
 {
-	struct img_open_opts oo = { .fmt = fmt };
+	struct img_open_opts oo = { .fmt = fmt, .flags = IMG_OPEN_FORCE_SHARE };
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	char *path = img_path_relative(image, backing);
@@ -358,7 +359,7 @@ static void resize_usage(FILE *f)
 
 struct resize_args {
 	const char *fmt, *file, *size_arg;
-	bool quiet, shrink;
+	bool quiet, shrink, force_share;
 };
 
 static const struct option resize_long[] = {
@@ -386,7 +387,7 @@ static int resize_parse(int argc, char **argv, struct resize_args *a)
 		case 'q': a->quiet = true; break;
 		case 'f': a->fmt = optarg; break;
 		case 's': a->shrink = true; break;
-		case 'U': break;
+		case 'U': a->force_share = true; break; /* refused: resize writes */
 		default:
 			img_bad_opt("resize", c, argv);
 			return -EINVAL;
@@ -450,7 +451,7 @@ static int resize_run(const struct resize_args *a, struct blk_node *bs, const ch
 int cmd_img_resize(int argc, char **argv)
 {
 	struct resize_args a = { 0 };
-	struct img_open_opts oo = { .flags = IMG_OPEN_RW };
+	struct img_open_opts oo = { .flags = IMG_OPEN_RW | IMG_OPEN_RESIZE };
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	const char *fmt = NULL;
@@ -459,6 +460,7 @@ int cmd_img_resize(int argc, char **argv)
 	if (ret)
 		return ret > 0 ? 0 : 1;
 	oo.fmt = a.fmt;
+	oo.flags |= a.force_share ? IMG_OPEN_FORCE_SHARE : 0;
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, &fmt);

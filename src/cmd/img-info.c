@@ -265,7 +265,7 @@ static void info_json(int ind, const struct info_layer *l)
 struct info_args {
 	const char *fmt, *file;
 	enum img_output out;
-	bool chain;
+	bool chain, force_share;
 };
 
 static void info_usage(FILE *f)
@@ -292,7 +292,7 @@ static int info_parse(int argc, char **argv, struct info_args *a)
 		switch (c) {
 		case 'h': info_usage(stdout); return 1;
 		case 'f': a->fmt = optarg; break;
-		case 'U': break;
+		case 'U': a->force_share = true; break;
 		case OPT_BACKING_CHAIN: a->chain = true; break;
 		case OPT_OUTPUT:
 			if (img_parse_output(optarg, &a->out))
@@ -375,7 +375,8 @@ int cmd_img_info(int argc, char **argv)
 	if (ret)
 		return ret > 0 ? 0 : 1;
 	oo.fmt = a.fmt;
-	oo.flags = a.chain ? 0 : IMG_OPEN_NO_BACKING;
+	oo.flags = (a.chain ? 0 : IMG_OPEN_NO_BACKING) | (a.force_share ? IMG_OPEN_FORCE_SHARE : 0) |
+		   IMG_OPEN_NO_IO;
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, &fmt);
@@ -391,7 +392,7 @@ struct check_args {
 	const char *fmt, *file, *cache;
 	enum img_output out;
 	int repair;
-	bool quiet;
+	bool quiet, force_share;
 };
 
 static void check_usage(FILE *f)
@@ -435,7 +436,7 @@ static int check_parse(int argc, char **argv, struct check_args *a)
 		case 'h': check_usage(stdout); return 1;
 		case 'f': a->fmt = optarg; break;
 		case 'q': a->quiet = true; break;
-		case 'U': break;
+		case 'U': a->force_share = true; break;
 		case 'T':
 			if (img_check_cache(optarg))
 				return -EINVAL;
@@ -572,7 +573,8 @@ int cmd_img_check(int argc, char **argv)
 	oo.fmt = a.fmt;
 	oo.cache = a.cache;
 	/* The backing chain plays no part in the metadata check. */
-	oo.flags = IMG_OPEN_NO_BACKING | (a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0);
+	oo.flags = IMG_OPEN_NO_BACKING | (a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0) |
+		   (a.force_share ? IMG_OPEN_FORCE_SHARE : 0);
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, NULL);

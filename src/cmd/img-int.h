@@ -37,6 +37,12 @@ void img_loop_end(struct loop *loop, struct blk_node *bs);
 /* qcow2, with IMG_OPEN_RW: open for qcow2_check's repair (repair=on), even
  * when the image is marked corrupt (check -r only). */
 #define IMG_OPEN_REPAIR (1u << 2)
+/* Locks, as qemu-img takes them: every open holds consistent read (and
+ * write with IMG_OPEN_RW) and shares everything, except as below. */
+#define IMG_OPEN_RESIZE (1u << 3)      /* with IMG_OPEN_RW: resize too */
+#define IMG_OPEN_NO_SHARE (1u << 4)    /* share only reads (convert's source) */
+#define IMG_OPEN_FORCE_SHARE (1u << 5) /* -U: force-share=on, read-only only */
+#define IMG_OPEN_NO_IO (1u << 6)       /* info: metadata only, no consistent read */
 struct img_open_opts {
 	const char *fmt;   /* NULL: probe */
 	unsigned flags;    /* IMG_OPEN_* */

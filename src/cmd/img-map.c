@@ -37,7 +37,7 @@ struct map_args {
 	const char *fmt, *file;
 	enum img_output out;
 	uint64_t start, max_len;
-	bool has_max;
+	bool has_max, force_share;
 };
 
 static int map_layers(struct blk_node *bs, const char *file, struct map_layer *v, int *n)
@@ -207,7 +207,7 @@ static int map_parse(int argc, char **argv, struct map_args *a)
 		switch (c) {
 		case 'h': map_usage(stdout); return 1;
 		case 'f': a->fmt = optarg; break;
-		case 'U': break;
+		case 'U': a->force_share = true; break;
 		case OPT_OUTPUT:
 			if (img_parse_output(optarg, &a->out))
 				return -EINVAL;
@@ -246,6 +246,7 @@ int cmd_img_map(int argc, char **argv)
 	if (ret)
 		return ret > 0 ? 0 : 1;
 	oo.fmt = a.fmt;
+	oo.flags = a.force_share ? IMG_OPEN_FORCE_SHARE : 0;
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, NULL);

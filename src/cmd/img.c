@@ -91,8 +91,10 @@ static void img_extra(char *buf, size_t n, const char *path, const char *fmt, bo
 	const char *cache = img_cache_opt(o->cache);
 	size_t len;
 
-	snprintf(buf, n, "read-only=%s%s", (o->flags & IMG_OPEN_RW) ? "off" : "on",
-		 probed && fmt && !strcmp(fmt, "raw") ? ",x-probed=on" : "");
+	snprintf(buf, n, "read-only=%s%s%s%s", (o->flags & IMG_OPEN_RW) ? "off" : "on",
+		 probed && fmt && !strcmp(fmt, "raw") ? ",x-probed=on" : "",
+		 (o->flags & IMG_OPEN_FORCE_SHARE) ? ",force-share=on" : "",
+		 (o->flags & IMG_OPEN_NO_IO) ? ",x-no-io=on" : "");
 	len = strlen(buf);
 	if (cache && strncmp(path, "null:", 5))
 		snprintf(buf + len, n - len, ",cache=%s", cache);
@@ -105,6 +107,19 @@ static void img_extra(char *buf, size_t n, const char *path, const char *fmt, bo
 		qcow2_allow_repair_open();
 		snprintf(buf + len, n - len, ",repair=on");
 	}
+}
+
+/* The permissions qemu-img's open of the same kind takes. */
+static int img_lock(struct blk_node *bs, unsigned flags, char *err, size_t errlen)
+{
+	uint32_t perm = (flags & IMG_OPEN_NO_IO) ? 0 : BLK_PERM_CONSISTENT_READ;
+	uint32_t shared = BLK_PERM_ALL;
+
+	if (flags & IMG_OPEN_RW)
+		perm |= BLK_PERM_WRITE | ((flags & IMG_OPEN_RESIZE) ? BLK_PERM_RESIZE : 0);
+	if (flags & IMG_OPEN_NO_SHARE)
+		shared = BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED;
+	return blk_set_perm(bs, perm, shared, err, errlen);
 }
 
 int img_open(const char *path, const struct img_open_opts *o, struct blk_node **out,
@@ -127,6 +142,10 @@ int img_open(const char *path, const struct img_open_opts *o, struct blk_node **
 	}
 	img_extra(extra, sizeof(extra), path, fmt, probed, o);
 	ret = blk_open_target(path, fmt, extra, out, err, sizeof(err));
+	if (!ret && (ret = img_lock(*out, o->flags, err, sizeof(err)))) {
+		blk_close(*out);
+		*out = NULL;
+	}
 	if (ret) {
 		img_err("Could not open '%s': %s", path, err[0] ? err : strerror(-ret));
 		return ret;

@@ -97,6 +97,10 @@ static int main_img(int argc, char **argv)
 	if (argc >= 2 && is_help(argv[1])) {
 		printf("Usage: ioplane img <command> [options]\n\nCommands:\n");
 		cmd_list(stdout, img_cmds);
+		printf("\nWithout -f, a file's format is probed as qemu-img probes it; formats\n"
+		       "other than raw and qcow2 are refused, naming them. Images are locked as\n"
+		       "qemu-img locks them: an image another process holds is refused, and -U\n"
+		       "(--force-share) reads it anyway (commands that only read).\n");
 		return 0;
 	}
 	return cmd_dispatch(img_cmds, "ioplane img", argc, argv);

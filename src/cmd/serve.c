@@ -91,6 +91,7 @@ static void serve_usage(FILE *f)
 		"         --image ID,file=PATH[,format=raw|qcow2][,cache=none|writeback]\n"
 		"               [,aio=io_uring|native|threads][,read-only=on]\n"
 		"               [,discard=unmap|ignore][,detect-zeroes=off|on|unmap]\n"
+		"               [,locking=on|off|auto][,force-share=on]\n"
 		"         --image ID,driver=null,size=SIZE[,latency-ns=NS][,read-zeroes=on]\n"
 		"         --nbd unix=PATH|tcp=HOST:PORT,image=ID[,name=NAME][,writable=on]\n"
 		"               [,description=TEXT][,mode=OCTAL]\n"
@@ -105,7 +106,8 @@ static void serve_usage(FILE *f)
 		"  --image SPEC           open an image (several allowed); ID names it. Without\n"
 		"                         format= the file is probed: raw is served (writes that\n"
 		"                         would make it look like another format are refused),\n"
-		"                         any other format must be given\n"
+		"                         any other format must be given. Images are locked as\n"
+		"                         QEMU locks them (locking=off: not at all)\n"
 		"  --nbd SPEC             export an image over NBD (several allowed; exports\n"
 		"                         with the same address share one socket). The export\n"
 		"                         name defaults to the image ID; exports are read-only\n"
@@ -387,6 +389,49 @@ static void close_images(struct serve *sv, int *status)
 		free(img->id);
 	}
 	free(sv->images);
+}
+
+/* ---- image locks -------------------------------------------------------- */
+
+/* Add what the exports in args of image id need, as qemu-storage-daemon's
+ * take it: consistent read, and write when writable; an NBD export does not
+ * share resize, a vhost-user-blk export shares everything. The exports'
+ * own parsers report bad arguments later. */
+static void export_perms(char **args, unsigned n, const char *id, bool nbd, uint32_t *perm,
+			 uint32_t *shared)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct kv_opts o = {0};
+		const char *img;
+		bool w = false;
+
+		if (!kv_parse(&o, args[i], NULL) && (img = kv_get(&o, "image")) && !strcmp(img, id)) {
+			kv_get_bool(&o, "writable", &w);
+			*perm |= BLK_PERM_CONSISTENT_READ | (w ? BLK_PERM_WRITE : 0);
+			if (nbd)
+				*shared &= ~BLK_PERM_RESIZE;
+		}
+		kv_free(&o);
+	}
+}
+
+/* Before any export listens: refuse images other processes hold. */
+static int lock_images(struct serve *sv)
+{
+	for (unsigned i = 0; i < sv->nimages; i++) {
+		struct serve_image *img = &sv->images[i];
+		uint32_t perm = 0, shared = BLK_PERM_ALL;
+
+		export_perms(sv->nbd_args, sv->nnbd, img->id, true, &perm, &shared);
+		export_perms(sv->vhost_args, sv->nvhost, img->id, false, &perm, &shared);
+		if (img->bs->read_only)
+			perm &= ~BLK_PERM_WRITE; /* the export refuses writable=on itself */
+		if (blk_set_perm(img->bs, perm, shared, sv->err, sizeof(sv->err)) < 0) {
+			fprintf(stderr, "ioplane serve: --image %s: %s\n", img->id, sv->err);
+			return 1;
+		}
+	}
+	return -1;
 }
 
 /* ---- --nbd -------------------------------------------------------------- */
@@ -788,6 +833,8 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 	}
 	if (status < 0)
 		status = open_images(sv);
+	if (status < 0)
+		status = lock_images(sv);
 	if (status < 0)
 		status = start_iothreads(sv);
 	if (status < 0)
