@@ -274,9 +274,10 @@ int blk_perm_refresh(struct blk_node *bs, char *err, size_t errlen);
  * format's own metadata is there; data: guest data is there). */
 void blk_perm_storage(const struct blk_node *bs, bool metadata, bool data, uint32_t perm,
 		      uint32_t shared, struct blk_perm_req *r);
-/* A backing file: consistent read if the node needs it; never shares write
- * or resize (QEMU shares them when the node's users share write: ioplane
- * does not let the data under an overlay change). */
+/* A backing file: consistent read if the node needs it; shares write and
+ * resize only when the node's users share write and do not read (QEMU
+ * shares them whenever the users share write: ioplane does not let the
+ * data under an overlay that is read change). */
 void blk_perm_backing(uint32_t perm, uint32_t shared, struct blk_perm_req *r);
 /* "consistent read, write" for a set of BLK_PERM_* bits. */
 void blk_perm_names(uint32_t perm, char *buf, size_t len);

@@ -72,9 +72,15 @@ void blk_perm_storage(const struct blk_node *bs, bool metadata, bool data, uint3
 
 void blk_perm_backing(uint32_t perm, uint32_t shared, struct blk_perm_req *r)
 {
-	(void)shared;
+	const uint32_t wr = BLK_PERM_WRITE | BLK_PERM_RESIZE;
+
 	r->perm = perm & BLK_PERM_CONSISTENT_READ;
 	r->shared = BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED;
+	/* QEMU lets others write and resize the backing file when the users
+	 * share write; ioplane only when they do not read either (no users
+	 * yet, img info), which QEMU notes as the better rule. */
+	if ((shared & BLK_PERM_WRITE) && !(perm & BLK_PERM_CONSISTENT_READ))
+		r->shared |= wr;
 }
 
 static unsigned perm_children(struct blk_node *bs, uint32_t perm, uint32_t shared,

@@ -5,7 +5,8 @@
 #     or is refused exactly as the same qemu-img command is (-U included).
 #  2. serve locks the same bytes as qemu-storage-daemon for the same image and export
 #     (raw, qcow2, read-only, vhost-user-blk, a raw window, a qcow2 backing file and an
-#     external data file); a raw backing file additionally refuses writers and resizers.
+#     external data file); a raw backing file under an export that reads additionally
+#     refuses writers and resizers (qemu-storage-daemon lets them in).
 #  3. With real peers, both ways: ioplane serving a qcow2 image writable refuses qemu-io,
 #     qemu-img, qemu-storage-daemon and a second ioplane (used to corrupt it), and
 #     qemu-storage-daemon or qemu-io holding it refuses ioplane's serve, img and bench;
@@ -123,6 +124,10 @@ fresh() {
 	qemu-img create -q -f qcow2 q.qcow2 1M
 	qemu-img create -q -f raw o.raw 1M
 }
+qemu-img create -q -f raw b.raw 1M
+qemu-img create -q -f qcow2 b.qcow2 1M
+qemu-img create -q -f qcow2 -b b.raw -F raw ovb.qcow2
+qemu-img create -q -f qcow2 -b b.qcow2 -F qcow2 ovq.qcow2
 
 echo "== 1. img and bench against each lock byte, as qemu-img"
 cmds=(
@@ -137,6 +142,8 @@ cmds=(
 	"create -f raw r.raw 1M|r.raw" "create -f qcow2 r.raw 1M|r.raw"
 	"bench -f raw -c 1 r.raw|r.raw" "bench -f raw -w -c 1 r.raw|r.raw"
 	"bench -U -f qcow2 -c 1 q.qcow2|q.qcow2" "bench -f qcow2 -c 1 q.qcow2|q.qcow2"
+	"info --backing-chain ovb.qcow2|b.raw" "info --backing-chain ovq.qcow2|b.qcow2"
+	"map -U ovb.qcow2|b.raw"
 )
 for byte in 100 101 103 200 201 203; do
 	for c in "${cmds[@]}"; do
@@ -194,7 +201,7 @@ fresh
 qemu-img create -q -f raw base.raw 1M
 qemu-img create -q -f qcow2 base.qcow2 1M
 qemu-img create -q -f qcow2 -b base.raw -F raw ovr.qcow2
-qemu-img create -q -f qcow2 -b base.qcow2 -F qcow2 ovq.qcow2
+qemu-img create -q -f qcow2 -b base.qcow2 -F qcow2 ovbq.qcow2
 qemu-img create -q -f qcow2 -o data_file=ext.data ext.qcow2 1M
 for w in on off; do
 	same r.raw --blockdev driver=raw,file.driver=file,file.filename=r.raw,node-name=r \
@@ -220,9 +227,14 @@ same q.qcow2 --blockdev driver=qcow2,file.driver=file,file.filename=q.qcow2,node
 same r.raw --blockdev driver=raw,file.driver=file,file.filename=r.raw,node-name=r,offset=4096 \
 	"${NBDS[@]}" --export type=nbd,id=e,node-name=r \
 	-- --image r,file=r.raw,format=raw,offset=4096 --nbd unix="$S",image=r
-same base.qcow2 --blockdev driver=qcow2,file.driver=file,file.filename=ovq.qcow2,node-name=r \
+same base.qcow2 --blockdev driver=qcow2,file.driver=file,file.filename=ovbq.qcow2,node-name=r \
 	"${NBDS[@]}" --export type=nbd,id=e,node-name=r,writable=on \
-	-- --image r,file=ovq.qcow2,format=qcow2 --nbd unix="$S",image=r,writable=on
+	-- --image r,file=ovbq.qcow2,format=qcow2 --nbd unix="$S",image=r,writable=on
+# With no export, nobody reads through the overlay: the raw backing file is shared as
+# qemu-storage-daemon shares it.
+same base.raw --blockdev driver=qcow2,file.driver=file,file.filename=ovr.qcow2,node-name=r \
+	"${NBDS[@]}" -- --image r,file=ovr.qcow2,format=qcow2 --nbd unix="$S",image=x \
+	--image x,driver=null,size=1M
 # A raw backing file: qemu-storage-daemon lets others write and resize it under the
 # overlay; ioplane does not (201, 203), as for any other backing file.
 serve_bg io "$S" --image r,file=ovr.qcow2,format=qcow2 --nbd unix="$S",image=r,writable=on
@@ -330,7 +342,7 @@ bg_stop "$w2"
 
 echo "== 3d. backing and data files"
 fresh
-serve_bg ov "$S" --image d,file=ovq.qcow2,format=qcow2,read-only=on --nbd unix="$S",image=d
+serve_bg ov "$S" --image d,file=ovbq.qcow2,format=qcow2,read-only=on --nbd unix="$S",image=d
 refused "it is a backing file in use" qemu-io -f qcow2 -c 'write 0 4k' base.qcow2
 refused "it is a backing file in use" "$IOPLANE" img resize base.qcow2 2M
 bg_stop "$BG_PID"
