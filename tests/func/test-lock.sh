@@ -75,30 +75,21 @@ bg_stop() {
 	nbd_forget "$1"
 }
 
-# serve_bg NAME SOCK ARGS...: ioplane serve in the background, listening on SOCK.
-serve_bg() {
+# listen_bg NAME SOCK CMD...: a server in the background, listening on SOCK; sets BG_PID.
+listen_bg() {
 	local name=$1 sock=$2 i
 	shift 2
-	bg_start "$name" "$IOPLANE" serve "$@"
+	bg_start "$name" "$@"
 	for ((i = 0; i < 200; i++)); do
 		nbd_unix_listening "$sock" && return 0
-		kill -0 "$BG_PID" 2>/dev/null || { cat "$T/$name.log" >&2; fail "serve $name died"; }
+		kill -0 "$BG_PID" 2>/dev/null || { cat "$T/$name.log" >&2; fail "$name died"; }
 		sleep 0.05
 	done
-	fail "serve $name does not listen"
+	fail "$name does not listen"
 }
-# qsd_bg NAME SOCK ARGS...: the same with qemu-storage-daemon.
-qsd_bg() {
-	local name=$1 sock=$2 i
-	shift 2
-	bg_start "$name" qemu-storage-daemon "$@"
-	for ((i = 0; i < 200; i++)); do
-		nbd_unix_listening "$sock" && return 0
-		kill -0 "$BG_PID" 2>/dev/null || { cat "$T/$name.log" >&2; fail "qsd $name died"; }
-		sleep 0.05
-	done
-	fail "qsd $name does not listen"
-}
+# serve_bg / qsd_bg NAME SOCK ARGS...: ioplane serve / qemu-storage-daemon with ARGS.
+serve_bg() { listen_bg "$1" "$2" "$IOPLANE" serve "${@:3}"; }
+qsd_bg() { listen_bg "$1" "$2" qemu-storage-daemon "${@:3}"; }
 
 # refused WHAT CMD...: CMD fails and says why in QEMU's words.
 refused() {
