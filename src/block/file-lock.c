@@ -22,7 +22,7 @@
 
 static int lock_byte(int fd, int cmd, short type, off_t off, struct flock *fl)
 {
-	*fl = (struct flock){ .l_type = type, .l_whence = SEEK_SET, .l_start = off, .l_len = 1 };
+	*fl = (struct flock){.l_type = type, .l_whence = SEEK_SET, .l_start = off, .l_len = 1};
 	return fcntl(fd, cmd, fl) == 0 ? 0 : -errno;
 }
 
@@ -53,7 +53,8 @@ static int lock_apply(struct file_state *s, uint32_t perm, uint32_t unshared, bo
 		uint32_t b = 1u << i;
 
 		for (unsigned k = 0; k < 2; k++) {
-			uint32_t want = k ? unshared : perm, *have = k ? &s->lk_unshared : &s->lk_perm;
+			uint32_t want = k ? unshared : perm,
+				 *have = k ? &s->lk_unshared : &s->lk_perm;
 			off_t off = (k ? LOCK_SHARED_BASE : LOCK_PERM_BASE) + i;
 
 			if ((want & b) && !(*have & b)) {
@@ -98,8 +99,8 @@ static void lock_conflict_msg(int fd, const char *path, bool shared_lock, uint32
 		 "Failed to get %s\"%s\" lock: another process %s \"%s\" (other users hold: %s; "
 		 "they do not share: %s). Is another process using the image [%s]?",
 		 shared_lock ? "shared " : "", name,
-		 shared_lock ? "holds the permission" : "does not share", name, held_s,
-		 unshared_s, path);
+		 shared_lock ? "holds the permission" : "does not share", name, held_s, unshared_s,
+		 path);
 }
 
 /* May we hold perm and refuse to share what shared lacks? */
@@ -173,7 +174,7 @@ int file_set_perm(struct blk_node *bs, enum blk_perm_step step, uint32_t perm, u
 
 int blk_file_create(const char *path, uint32_t perm, uint32_t shared, char *err, size_t errlen)
 {
-	struct file_state s = { .perm = 0, .shared = BLK_PERM_ALL, .path = path };
+	struct file_state s = {.perm = 0, .shared = BLK_PERM_ALL, .path = path};
 	struct stat st;
 	int ret;
 

@@ -28,8 +28,8 @@ struct perm_list {
 
 void blk_perm_names(uint32_t perm, char *buf, size_t len)
 {
-	static const char *const names[BLK_PERM_COUNT] = { "consistent read", "write",
-							   "write unchanged", "resize" };
+	static const char *const names[BLK_PERM_COUNT] = {"consistent read", "write",
+							  "write unchanged", "resize"};
 	size_t used = 0;
 
 	buf[0] = 0;
@@ -90,12 +90,12 @@ static unsigned perm_children(struct blk_node *bs, uint32_t perm, uint32_t share
 		return bs->drv->child_perms(bs, perm, shared, out);
 	if (!bs->next)
 		return 0;
-	out[0] = (struct blk_perm_req){ bs->next, perm, shared };
+	out[0] = (struct blk_perm_req){bs->next, perm, shared};
 	return 1;
 }
 
-static int perm_collect(struct blk_node *bs, uint32_t perm, uint32_t shared,
-			struct perm_list *l, unsigned depth)
+static int perm_collect(struct blk_node *bs, uint32_t perm, uint32_t shared, struct perm_list *l,
+			unsigned depth)
 {
 	struct blk_perm_req c[BLK_PERM_MAX_CHILDREN];
 	unsigned n;
@@ -105,7 +105,7 @@ static int perm_collect(struct blk_node *bs, uint32_t perm, uint32_t shared,
 		return -ELOOP;
 	if (bs->force_share)
 		shared = BLK_PERM_ALL;
-	l->v[l->n++] = (struct perm_item){ bs, perm, shared };
+	l->v[l->n++] = (struct perm_item){bs, perm, shared};
 	n = perm_children(bs, perm, shared, c);
 	for (unsigned i = 0; i < n; i++) {
 		ret = perm_collect(c[i].child, c[i].perm, c[i].shared, l, depth + 1);

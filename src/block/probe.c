@@ -91,7 +91,8 @@ static const char *probe_head(const uint8_t *b, size_t n)
 		return "vhdx";
 	if (probe_at(b, n, 0, "conectix", 8))
 		return "vpc";
-	if ((probe_at(b, n, 0, "WithoutFreeSpace", 16) || probe_at(b, n, 0, "WithouFreSpacExt", 16)) &&
+	if ((probe_at(b, n, 0, "WithoutFreeSpace", 16) ||
+	     probe_at(b, n, 0, "WithouFreSpacExt", 16)) &&
 	    n >= 20 && probe_le32(b + 16) == 2)
 		return "parallels";
 	if (probe_at(b, n, 0, probe_cloop, sizeof(probe_cloop) - 1))
@@ -139,7 +140,7 @@ static int probe_read(int fd, const char *path, uint8_t *buf, size_t len, off_t 
 
 int blk_probe_file(const char *path, const char **fmt, char *err, size_t errlen)
 {
-	uint8_t head[512] = { 0 }, tail[512] = { 0 };
+	uint8_t head[512] = {0}, tail[512] = {0};
 	size_t n = 0, tn = 0;
 	struct stat st;
 	int fd, ret;
@@ -162,8 +163,10 @@ int blk_probe_format(const char *path, const char **fmt, char *err, size_t errle
 
 	if (ret || blk_format_supported(*fmt))
 		return ret;
-	snprintf(err, errlen, "'%s' is a %s image, a format ioplane does not open (it opens raw "
-		 "and qcow2; qemu-img convert -O qcow2 can convert it)", path, *fmt);
+	snprintf(err, errlen,
+		 "'%s' is a %s image, a format ioplane does not open (it opens raw "
+		 "and qcow2; qemu-img convert -O qcow2 can convert it)",
+		 path, *fmt);
 	return -ENOTSUP;
 }
 
@@ -172,5 +175,6 @@ void blk_probe_warn(const struct blk_node *bs, const char *path)
 	if (!bs->read_only)
 		log_warn("the format of '%s' was not given and probing guessed raw: writes that "
 			 "would make its first 512 bytes look like another format are refused "
-			 "(give format=raw to lift this)", path);
+			 "(give format=raw to lift this)",
+			 path);
 }

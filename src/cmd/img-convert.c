@@ -420,8 +420,10 @@ static int cv_create_target(const struct cv_args *a, uint64_t size)
 static int cv_open(struct cv *s, const struct cv_args *a)
 {
 	/* As qemu-img: the source must not change under the copy (unless -U). */
-	struct img_open_opts so = { .fmt = a->src_fmt, .cache = a->src_cache,
-				    .flags = a->force_share ? IMG_OPEN_FORCE_SHARE : IMG_OPEN_NO_SHARE };
+	struct img_open_opts so = {
+		.fmt = a->src_fmt, .cache = a->src_cache,
+		.flags = a->force_share ? IMG_OPEN_FORCE_SHARE : IMG_OPEN_NO_SHARE,
+	};
 	struct img_open_opts dopt = { .fmt = a->dst_fmt, .flags = IMG_OPEN_RW, .cache = a->cache };
 	int ret = img_open(a->src, &so, &s->src, NULL);
 

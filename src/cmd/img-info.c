@@ -375,8 +375,8 @@ int cmd_img_info(int argc, char **argv)
 	if (ret)
 		return ret > 0 ? 0 : 1;
 	oo.fmt = a.fmt;
-	oo.flags = (a.chain ? 0 : IMG_OPEN_NO_BACKING) | (a.force_share ? IMG_OPEN_FORCE_SHARE : 0) |
-		   IMG_OPEN_NO_IO;
+	oo.flags = IMG_OPEN_NO_IO | (a.chain ? 0 : IMG_OPEN_NO_BACKING) |
+		   (a.force_share ? IMG_OPEN_FORCE_SHARE : 0);
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, &fmt);

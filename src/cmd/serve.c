@@ -405,7 +405,8 @@ static void export_perms(char **args, unsigned n, const char *id, bool nbd, uint
 		const char *img;
 		bool w = false;
 
-		if (!kv_parse(&o, args[i], NULL) && (img = kv_get(&o, "image")) && !strcmp(img, id)) {
+		img = kv_parse(&o, args[i], NULL) ? NULL : kv_get(&o, "image");
+		if (img && !strcmp(img, id)) {
 			kv_get_bool(&o, "writable", &w);
 			*perm |= BLK_PERM_CONSISTENT_READ | (w ? BLK_PERM_WRITE : 0);
 			if (nbd)

@@ -39,7 +39,7 @@ static void path(char *buf, size_t n, const char *name)
 
 static struct blk_node *open_spec(const char *spec, int want)
 {
-	struct kv_opts o = { 0 };
+	struct kv_opts o = {0};
 	struct blk_node *bs = NULL;
 
 	assert_int_equal(kv_parse(&o, spec, NULL), 0);
@@ -67,8 +67,10 @@ static void locked(const char *file, uint32_t *held, uint32_t *unshared)
 	*held = *unshared = 0;
 	for (unsigned i = 0; i < BLK_PERM_COUNT; i++) {
 		for (unsigned k = 0; k < 2; k++) {
-			struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
-					    .l_start = (k ? 200 : 100) + i, .l_len = 1 };
+			struct flock fl = {.l_type = F_WRLCK,
+					   .l_whence = SEEK_SET,
+					   .l_start = (k ? 200 : 100) + i,
+					   .l_len = 1};
 
 			assert_int_equal(fcntl(fd, F_OFD_GETLK, &fl), 0);
 			if (fl.l_type != F_UNLCK)
@@ -140,7 +142,7 @@ static void test_two_opens(void **state)
  * share write) refuses. */
 static void test_all_or_nothing(void **state)
 {
-	struct qcow2_create_opts q = { .size = 1 << 20 };
+	struct qcow2_create_opts q = {.size = 1 << 20};
 	char img[128], data[128], spec[512];
 	struct blk_node *top, *holder;
 	uint32_t h0, u0;
@@ -158,7 +160,8 @@ static void test_all_or_nothing(void **state)
 	/* Open: the writable qcow2 holds its file, the data file nothing yet. */
 	expect_locked(img, CR | W | RS, W | RS);
 	locked(img, &h0, &u0);
-	assert_int_equal(blk_set_perm(top, CR | W | WU, BLK_PERM_ALL, g_err, sizeof(g_err)), -EBUSY);
+	assert_int_equal(blk_set_perm(top, CR | W | WU, BLK_PERM_ALL, g_err, sizeof(g_err)),
+			 -EBUSY);
 	assert_non_null(strstr(g_err, data));
 	expect_locked(img, h0, u0);
 	blk_close(holder);

@@ -31,14 +31,14 @@ static void put(size_t off, const void *p, size_t n)
 
 static void put_le32(size_t off, uint32_t v)
 {
-	uint8_t b[4] = { (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24) };
+	uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
 
 	put(off, b, 4);
 }
 
 static void put_be32(size_t off, uint32_t v)
 {
-	uint8_t b[4] = { (uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v };
+	uint8_t b[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
 
 	put(off, b, 4);
 }
@@ -83,10 +83,13 @@ static void test_simple_magics(void **state)
 		size_t len;
 		const char *fmt;
 	} t[] = {
-		{ "QED\0", 4, "qed" },	      { "KDMV", 4, "vmdk" },
-		{ "COWD", 4, "vmdk" },	      { "vhdxfile", 8, "vhdx" },
-		{ "conectix", 8, "vpc" },     { "LUKS\xba\xbe\0\1", 8, "luks" },
-		{ "LUKS\xba\xbe\0\2", 8, "luks" },
+		{"QED\0", 4, "qed"},
+		{"KDMV", 4, "vmdk"},
+		{"COWD", 4, "vmdk"},
+		{"vhdxfile", 8, "vhdx"},
+		{"conectix", 8, "vpc"},
+		{"LUKS\xba\xbe\0\1", 8, "luks"},
+		{"LUKS\xba\xbe\0\2", 8, "luks"},
 	};
 
 	(void)state;
@@ -176,7 +179,7 @@ static void test_cloop_bochs(void **state)
 
 static void test_dmg(void **state)
 {
-	uint8_t tail[512] = { 0 };
+	uint8_t tail[512] = {0};
 
 	(void)state;
 	reset();
