@@ -1305,6 +1305,15 @@ static void test_hostile_headers(void **state)
 		assert_true(ret < 0);
 		assert_non_null(strcasestr(err, cases[i].msg));
 	}
+	/* A backing file name offset that wraps past 2^64 with its length
+	 * (the name would be read from before the header buffer). */
+	memcpy(h, orig, sizeof(h));
+	put64(h + 8, ~0ull - 99);
+	put32(h + 16, 200);
+	assert_int_equal(pwrite(fd, h, sizeof(h), 0), sizeof(h));
+	assert_null(open_img(path("h.qcow2"), NULL, &ret, err, sizeof(err)));
+	assert_int_equal(ret, -EINVAL);
+	assert_non_null(strstr(err, "backing file name at 0xffffffffffffff9c is outside the header"));
 	/* Bad L1 entries and L2 entries give I/O errors, not crashes. */
 	assert_int_equal(pwrite(fd, orig, sizeof(orig), 0), sizeof(orig));
 	close(fd);

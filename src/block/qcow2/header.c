@@ -215,6 +215,34 @@ static int hdr_ext_string(char **dst, bool *seen, const uint8_t *p, uint32_t len
 	return 0;
 }
 
+/* Bitmaps are not maintained (a read-write open clears the autoclear bit, as
+ * any program without bitmap support does), but while the bit is set the
+ * directory is metadata: checked as QEMU does, and kept clear of guest data.
+ * Without the bit the extension is ignored, as in QEMU. */
+static int hdr_ext_bitmaps(struct qc_state *s, struct hdr_exts *x, const uint8_t *p, uint32_t len,
+			   char *err, size_t errlen)
+{
+	uint64_t size, off;
+
+	if (x->seen_bitmaps || len != 24)
+		return hdr_err(err, errlen, "bad bitmaps header extension (length %u)", len);
+	x->seen_bitmaps = true;
+	s->nb_bitmaps = qc_rd32(p);
+	size = qc_rd64(p + 8);
+	off = qc_rd64(p + 16);
+	if (!(s->h.autoclear & QC_AUTOCLEAR_BITMAPS))
+		return 0;
+	if (s->nb_bitmaps == 0 || s->nb_bitmaps > QC_MAX_BITMAPS)
+		return hdr_err(err, errlen, "bitmaps extension with %u bitmaps (1 to %u)",
+			       s->nb_bitmaps, QC_MAX_BITMAPS);
+	if (size == 0)
+		return hdr_err(err, errlen, "bitmaps extension with an empty directory");
+	/* Offset and size against the file in hdr_check_tables. */
+	s->bmdir_offset = off;
+	s->bmdir_bytes = size;
+	return 0;
+}
+
 static int hdr_ext_one(struct qc_state *s, struct hdr_exts *x, uint32_t type, const uint8_t *p,
 		       uint32_t len, char *err, size_t errlen)
 {
@@ -230,11 +258,7 @@ static int hdr_ext_one(struct qc_state *s, struct hdr_exts *x, uint32_t type, co
 		x->features_len = len;
 		return 0;
 	case QC_EXT_BITMAPS:
-		if (x->seen_bitmaps || len < 24)
-			return hdr_err(err, errlen, "bad bitmaps header extension");
-		x->seen_bitmaps = true;
-		s->nb_bitmaps = qc_rd32(p);
-		return 0;
+		return hdr_ext_bitmaps(s, x, p, len, err, errlen);
 	case QC_EXT_CRYPTO:
 		x->seen_crypto = true;
 		return hdr_err(err, errlen, "encrypted images are not supported");
@@ -365,6 +389,9 @@ static int hdr_check_tables(struct qc_state *s, uint64_t file_size, char *err, s
 	if (!ret && h->nb_snapshots)
 		ret = hdr_check_table(h->snapshots_offset, 40, 40, cs, file_size,
 				      "snapshot table", err, errlen);
+	if (!ret && s->bmdir_bytes)
+		ret = hdr_check_table(s->bmdir_offset, s->bmdir_bytes, QC_MAX_BITMAP_DIR_BYTES, cs,
+				      file_size, "bitmap directory", err, errlen);
 	if (ret)
 		return ret;
 	if (qc_ranges_overlap(0, cs, h->l1_table_offset, l1b) ||
@@ -383,8 +410,9 @@ static int hdr_check_backing(struct qc_state *s, const uint8_t *buf, char *err, 
 	if (h->backing_file_size == 0 || h->backing_file_size > QC_MAX_BACKING_NAME)
 		return hdr_err(err, errlen, "backing file name length %u is invalid",
 			       h->backing_file_size);
-	if (h->backing_file_offset < h->header_length ||
-	    h->backing_file_offset + h->backing_file_size > s->cluster_size)
+	/* Compared without adding: the offset is any 64-bit value. */
+	if (h->backing_file_offset < h->header_length || h->backing_file_offset > s->cluster_size ||
+	    h->backing_file_size > s->cluster_size - h->backing_file_offset)
 		return hdr_err(err, errlen, "backing file name at 0x%llx is outside the header "
 			       "cluster", (unsigned long long)h->backing_file_offset);
 	s->backing_name = hdr_string(buf + h->backing_file_offset, h->backing_file_size);

@@ -38,6 +38,8 @@
 #define QC_MAX_SNAPSHOTS 65536
 #define QC_MAX_SNAPSHOTS_BYTES (1024u * QC_MAX_SNAPSHOTS)
 #define QC_MAX_BACKING_NAME 1023
+#define QC_MAX_BITMAPS 65535
+#define QC_MAX_BITMAP_DIR_BYTES (64u << 20)
 #define QC_MAX_CHAIN 64
 
 /* Header feature bits. */
@@ -210,6 +212,7 @@ struct qc_state {
 	struct qc_header h;
 	uint8_t *hdr_cluster;     /* the first cluster as read (for info/extensions) */
 	unsigned nb_bitmaps;
+	uint64_t bmdir_offset, bmdir_bytes; /* bitmap directory (0: none or ignored) */
 	uint64_t open_incompat;   /* incompatible features as found at open */
 
 	/* Geometry (read-only after open). */

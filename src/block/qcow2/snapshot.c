@@ -146,6 +146,15 @@ int qc_snapshots_read(struct qc_state *s, char *err, size_t errlen)
 	r.limit = fend - s->h.snapshots_offset;
 	if (r.limit > QC_MAX_SNAPSHOTS_BYTES)
 		r.limit = QC_MAX_SNAPSHOTS_BYTES;
+	/* An entry takes at least 40 bytes: the count is bounded by the file
+	 * before anything is allocated for it. */
+	if ((uint64_t)s->h.nb_snapshots * 40 > r.limit) {
+		snprintf(err, errlen, "qcow2: snapshot table (%u entries at 0x%llx) %s",
+			 s->h.nb_snapshots, (unsigned long long)s->h.snapshots_offset,
+			 r.limit == QC_MAX_SNAPSHOTS_BYTES ? "is too large"
+							   : "runs past the end of the file");
+		return -EINVAL;
+	}
 	s->snaps = calloc(s->h.nb_snapshots, sizeof(*s->snaps));
 	if (!s->snaps)
 		return -ENOMEM;

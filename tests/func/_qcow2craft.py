@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Hostile qcow2 images for the functional tests (test-img-hostile.sh) and the fuzz
+crashers: each is a small image made by qemu-img (4 KiB clusters unless said otherwise)
+with header fields, tables or extensions patched so that an offset + length taken from
+the image wraps, points outside the file, or claims far more than the file holds.
+
+    _qcow2craft.py list              names, one a line
+    _qcow2craft.py NAME OUT          write image NAME to OUT (qemu-img must be installed)
+"""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+CS = 4096
+U64 = (1 << 64) - 1
+
+
+def qemu_image(path, size='1M', opts='', writes=()):
+    o = 'cluster_size=%d' % CS + (',' + opts if opts else '')
+    subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-o', o, path, size], check=True)
+    args = []
+    for w in writes:
+        args += ['-c', w]
+    if args:
+        subprocess.run(['qemu-io', '-f', 'qcow2'] + args + [path], check=True,
+                       stdout=subprocess.DEVNULL)
+    return bytearray(open(path, 'rb').read())
+
+
+def be64(d, off):
+    return struct.unpack_from('>Q', d, off)[0]
+
+
+def put64(d, off, v):
+    struct.pack_into('>Q', d, off, v & U64)
+
+
+def put32(d, off, v):
+    struct.pack_into('>I', d, off, v & 0xffffffff)
+
+
+def add_ext(d, ext_type, payload):
+    """Insert a header extension right after the header (before the end marker)."""
+    hlen = struct.unpack_from('>I', d, 100)[0]
+    pos = hlen
+    while True:
+        t, ln = struct.unpack_from('>II', d, pos)
+        if t == 0:
+            break
+        pos += 8 + (ln + 7) // 8 * 8
+    raw = struct.pack('>II', ext_type, len(payload)) + payload
+    raw += b'\0' * ((8 - len(raw) % 8) % 8)
+    d[pos:pos + len(raw)] = raw
+    d[pos + len(raw):pos + len(raw) + 8] = b'\0' * 8
+
+
+def grow(d, n=CS):
+    """Append n zero bytes; returns the offset of the new space."""
+    off = len(d)
+    d.extend(b'\0' * n)
+    return off
+
+
+def snapshot_entry(l1_off, l1_size, extra=16, id_len=1, name_len=1):
+    e = struct.pack('>QIHHIIQII', l1_off, l1_size, id_len, name_len, 0, 0, 0, 0, extra)
+    return e + b'\0' * extra + b'1' * id_len + b's' * name_len
+
+
+def with_snapshots(d, entries, count=None):
+    """Put a snapshot table in a new cluster at the end; count overrides nb_snapshots."""
+    off = grow(d, CS)
+    tab = b''.join(e + b'\0' * ((8 - len(e) % 8) % 8) for e in entries)
+    d[off:off + len(tab)] = tab[:CS]
+    put32(d, 60, len(entries) if count is None else count)
+    put64(d, 64, off)
+
+
+def case_backing_offset_wrap(d):
+    put64(d, 8, U64 - 99)  # offset + 200 wraps to 100
+    put32(d, 16, 200)
+
+
+def case_backing_offset_past_cluster(d):
+    put64(d, 8, CS + 8)
+    put32(d, 16, 8)
+
+
+def case_header_ext_length_wrap(d):
+    add_ext(d, 0x12345678, b'')
+    hlen = struct.unpack_from('>I', d, 100)[0]
+    put32(d, hlen + 4, 0xfffffff8)
+
+
+def case_header_length_huge(d):
+    put32(d, 100, 0xfffffff8)
+
+
+def case_l1_offset_wrap(d):
+    put64(d, 40, U64 + 1 - 2 * CS)
+
+
+def case_l1_size_huge(d):
+    put32(d, 36, 0xffffffff)
+
+
+def case_rct_offset_wrap(d):
+    put64(d, 48, U64 + 1 - CS)
+
+
+def case_rct_clusters_huge(d):
+    put32(d, 56, 0xffffffff)
+
+
+def bitmaps_ext(d, nb, dir_size, dir_off):
+    put64(d, 88, be64(d, 88) | 1)  # autoclear: bitmaps
+    add_ext(d, 0x23852875, struct.pack('>IIQQ', nb, 0, dir_size, dir_off))
+
+
+def case_bitmaps_dir_wrap(d):
+    bitmaps_ext(d, 1, 2 * CS, U64 + 1 - CS)
+
+
+def case_bitmaps_dir_huge(d):
+    bitmaps_ext(d, 1, 1 << 63, CS)
+
+
+def case_bitmaps_dir_past_eof(d):
+    bitmaps_ext(d, 1, 1 << 20, 2 * CS)
+
+
+def case_bitmaps_count_huge(d):
+    bitmaps_ext(d, 0xffffffff, CS, 2 * CS)
+
+
+def case_bitmaps_ext_short(d):
+    put64(d, 88, be64(d, 88) | 1)
+    add_ext(d, 0x23852875, struct.pack('>IIQ', 1, 0, CS))
+
+
+def case_snapshot_count_huge(d):
+    with_snapshots(d, [snapshot_entry(0, 0)], count=65536)
+
+
+def case_snapshot_extra_huge(d):
+    e = bytearray(snapshot_entry(0, 0))
+    put32(e, 36, 0xffffffff)
+    with_snapshots(d, [bytes(e)])
+
+
+def case_snapshot_names_past_eof(d):
+    e = bytearray(snapshot_entry(0, 0))
+    struct.pack_into('>HH', e, 12, 0xffff, 0xffff)
+    with_snapshots(d, [bytes(e)])
+
+
+def case_snapshot_l1_wrap(d):
+    with_snapshots(d, [snapshot_entry(U64 + 1 - CS, 1024)])
+
+
+def case_snapshot_l1_huge(d):
+    with_snapshots(d, [snapshot_entry(CS, 0xffffffff)])
+
+
+def case_data_file_name_long(d):
+    put64(d, 72, be64(d, 72) | 4)  # incompatible: external data file
+    add_ext(d, 0x44415441, b'x' * 2000)
+
+
+def case_crypto_ext(d):
+    add_ext(d, 0x0537be77, struct.pack('>QQ', U64 + 1 - CS, 2 * CS))
+
+
+def case_feature_table_huge(d):
+    add_ext(d, 0x6803f857, b'')
+    hlen = struct.unpack_from('>I', d, 100)[0]
+    put32(d, hlen + 4, 0xffffff00)
+
+
+CASES = {
+    'backing-offset-wrap': case_backing_offset_wrap,
+    'backing-offset-past-cluster': case_backing_offset_past_cluster,
+    'header-ext-length-wrap': case_header_ext_length_wrap,
+    'header-length-huge': case_header_length_huge,
+    'l1-offset-wrap': case_l1_offset_wrap,
+    'l1-size-huge': case_l1_size_huge,
+    'rct-offset-wrap': case_rct_offset_wrap,
+    'rct-clusters-huge': case_rct_clusters_huge,
+    'bitmaps-dir-wrap': case_bitmaps_dir_wrap,
+    'bitmaps-dir-huge': case_bitmaps_dir_huge,
+    'bitmaps-dir-past-eof': case_bitmaps_dir_past_eof,
+    'bitmaps-count-huge': case_bitmaps_count_huge,
+    'bitmaps-ext-short': case_bitmaps_ext_short,
+    'snapshot-count-huge': case_snapshot_count_huge,
+    'snapshot-extra-huge': case_snapshot_extra_huge,
+    'snapshot-names-past-eof': case_snapshot_names_past_eof,
+    'snapshot-l1-wrap': case_snapshot_l1_wrap,
+    'snapshot-l1-huge': case_snapshot_l1_huge,
+    'data-file-name-long': case_data_file_name_long,
+    'crypto-ext': case_crypto_ext,
+    'feature-table-huge': case_feature_table_huge,
+}
+
+
+def main():
+    if len(sys.argv) == 2 and sys.argv[1] == 'list':
+        print('\n'.join(CASES))
+        return 0
+    if len(sys.argv) != 3 or sys.argv[1] not in CASES:
+        print(__doc__, file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        d = qemu_image(os.path.join(tmp, 'base.qcow2'), writes=['write -P 0x5a 0 8k'])
+    CASES[sys.argv[1]](d)
+    open(sys.argv[2], 'wb').write(d)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
