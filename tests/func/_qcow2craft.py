@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Hostile qcow2 images for the functional tests (test-img-hostile.sh) and the fuzz
-crashers: each is a small image made by qemu-img (4 KiB clusters unless said otherwise)
-with header fields, tables or extensions patched so that an offset + length taken from
-the image wraps, points outside the file, or claims far more than the file holds.
+"""Hostile qcow2 images for the functional tests and the fuzz crashers: each is a small
+image made by qemu-img (4 KiB clusters, 1 MiB, guest clusters 0 and 1 written) with
+header fields, tables, entries or extensions patched.
 
-    _qcow2craft.py list              names, one a line
+  header   (test-img-hostile.sh) an offset + length taken from the image wraps, points
+           outside the file, or claims far more than the file holds;
+  overlap  (test-img-overlap.sh) a data cluster or an L2 table is other metadata.
+
+    _qcow2craft.py list GROUP        names of a group, one a line
     _qcow2craft.py NAME OUT          write image NAME to OUT (qemu-img must be installed)
 """
 import os
@@ -178,7 +181,63 @@ def case_feature_table_huge(d):
     put32(d, hlen + 4, 0xffffff00)
 
 
-CASES = {
+# ---- overlap: guest data or metadata on other metadata ----
+
+COPIED = 1 << 63
+
+
+def layout(d):
+    """Offsets of the L1 table, refcount table, first refcount block and L2 table."""
+    l1, rct = be64(d, 40), be64(d, 48)
+    return l1, rct, be64(d, rct), be64(d, l1) & 0x00fffffffffffe00
+
+
+def case_data_on_l2(d):
+    l1, rct, rb, l2 = layout(d)
+    put64(d, l2, l2 | COPIED)
+
+
+def case_data_on_rb(d):
+    l1, rct, rb, l2 = layout(d)
+    put64(d, l2, rb | COPIED)
+
+
+def case_data_on_l1(d):
+    l1, rct, rb, l2 = layout(d)
+    put64(d, l2, l1 | COPIED)
+
+
+def case_zero_on_rb(d):
+    l1, rct, rb, l2 = layout(d)
+    put64(d, l2, rb | COPIED | 1)
+
+
+def case_l2_on_rb(d):
+    l1, rct, rb, l2 = layout(d)
+    put64(d, l1, rb | COPIED)
+
+
+def case_data_on_snapshot_l1(d):
+    l1, rct, rb, l2 = layout(d)
+    put64(d, l2, be64(d, be64(d, 64)) | COPIED)
+
+
+OVERLAP = {
+    'data-on-l2': case_data_on_l2,
+    'data-on-rb': case_data_on_rb,
+    'data-on-l1': case_data_on_l1,
+    'zero-on-rb': case_zero_on_rb,
+    'l2-on-rb': case_l2_on_rb,
+    'data-on-snapshot-l1': case_data_on_snapshot_l1,
+}
+
+# qemu-io commands run on the base image before the patch, per case.
+SETUP = {
+    # a snapshot, then cluster 0 rewritten: the active image has its own L2 table
+    'data-on-snapshot-l1': ['write -P 0x6b 0 4k'],
+}
+
+HEADER = {
     'backing-offset-wrap': case_backing_offset_wrap,
     'backing-offset-past-cluster': case_backing_offset_past_cluster,
     'header-ext-length-wrap': case_header_ext_length_wrap,
@@ -202,17 +261,27 @@ CASES = {
     'feature-table-huge': case_feature_table_huge,
 }
 
+CASES = dict(HEADER, **OVERLAP)
+
 
 def main():
-    if len(sys.argv) == 2 and sys.argv[1] == 'list':
-        print('\n'.join(CASES))
+    if len(sys.argv) == 3 and sys.argv[1] == 'list':
+        print('\n'.join({'header': HEADER, 'overlap': OVERLAP}[sys.argv[2]]))
         return 0
     if len(sys.argv) != 3 or sys.argv[1] not in CASES:
         print(__doc__, file=sys.stderr)
         return 2
+    name = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
-        d = qemu_image(os.path.join(tmp, 'base.qcow2'), writes=['write -P 0x5a 0 8k'])
-    CASES[sys.argv[1]](d)
+        base = os.path.join(tmp, 'base.qcow2')
+        d = qemu_image(base, writes=['write -P 0x5a 0 8k'])
+        if name in SETUP:
+            subprocess.run(['qemu-img', 'snapshot', '-c', 's1', base], check=True)
+            args = sum((['-c', c] for c in SETUP[name]), [])
+            subprocess.run(['qemu-io', '-f', 'qcow2'] + args + [base], check=True,
+                           stdout=subprocess.DEVNULL)
+            d = bytearray(open(base, 'rb').read())
+    CASES[name](d)
     open(sys.argv[2], 'wb').write(d)
     return 0
 

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "block/qcow2/qcow2-int.h"
 #include "block/qcow2/qcow2.h"
 #include "loop/iothread.h"
 #include "loop/loop.h"
@@ -1436,24 +1437,11 @@ struct co_img {
 	uint64_t len;
 };
 
-static void co_make(struct co_img *m, bool compressed)
+/* Layout and bytes of co.qcow2 as it is now. */
+static void co_reload(struct co_img *m)
 {
-	struct qcow2_create_opts o = { .size = 1u << 20, .cluster_size = 4096 };
-	uint8_t buf[8192];
-	struct blk_node *bs;
-	char err[256];
-	int fd;
+	int fd = open(path("co.qcow2"), O_RDONLY);
 
-	assert_int_equal(qcow2_create(path("co.qcow2"), &o, err, sizeof(err)), 0);
-	bs = open_ok(path("co.qcow2"), NULL);
-	memset(buf, 0x5a, sizeof(buf));
-	assert_int_equal(blk_pwrite(bs, 4096, buf, 4096, 0), 0);
-	if (compressed)
-		assert_int_equal(qcow2_pwrite_compressed(bs, 0, buf, 4096), 0);
-	else
-		assert_int_equal(blk_pwrite(bs, 0, buf, 4096, 0), 0);
-	blk_close(bs);
-	fd = open(path("co.qcow2"), O_RDONLY);
 	assert_true(fd >= 0);
 	m->l1 = file64(fd, 40);
 	m->rct = file64(fd, 48);
@@ -1467,6 +1455,25 @@ static void co_make(struct co_img *m, bool compressed)
 	m->cur = malloc(m->len);
 	assert_non_null(m->cur);
 	memcpy(m->cur, m->bytes, m->len);
+}
+
+static void co_make(struct co_img *m, bool compressed)
+{
+	struct qcow2_create_opts o = { .size = 1u << 20, .cluster_size = 4096 };
+	uint8_t buf[8192];
+	struct blk_node *bs;
+	char err[256];
+
+	assert_int_equal(qcow2_create(path("co.qcow2"), &o, err, sizeof(err)), 0);
+	bs = open_ok(path("co.qcow2"), NULL);
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(blk_pwrite(bs, 4096, buf, 4096, 0), 0);
+	if (compressed)
+		assert_int_equal(qcow2_pwrite_compressed(bs, 0, buf, 4096), 0);
+	else
+		assert_int_equal(blk_pwrite(bs, 0, buf, 4096, 0), 0);
+	blk_close(bs);
+	co_reload(m);
 }
 
 /* Restore the image and patch one 64-bit big-endian field. */
@@ -1516,7 +1523,7 @@ static void co_expect(bool write, uint64_t gc, const char *const *want)
 {
 	struct blk_node *bs = open_ok(path("co.qcow2"), NULL);
 	uint8_t buf[4096];
-	char *log;
+	const char *txt;
 
 	memset(buf, 0x77, sizeof(buf));
 	capture_start();
@@ -1528,11 +1535,11 @@ static void co_expect(bool write, uint64_t gc, const char *const *want)
 	/* Nothing more is written once corruption was found. */
 	assert_int_equal(blk_pwrite(bs, 1 * 4096, buf, sizeof(buf), 0), -EIO);
 	blk_close(bs);
-	log = capture_end();
+	txt = capture_end();
 	for (; *want; want++) {
-		if (!strstr(log, *want))
-			print_message("missing '%s' in: %s\n", *want, log);
-		assert_non_null(strstr(log, *want));
+		if (!strstr(txt, *want))
+			print_message("missing '%s' in: %s\n", *want, txt ? txt : "");
+		assert_non_null(strstr(txt, *want));
 	}
 }
 
@@ -1736,6 +1743,252 @@ static void test_corrupt_compressed(void **state)
 	free(m.cur);
 }
 
+/* ---- guest data never lands on metadata ---- */
+
+/* The set of metadata clusters against a model: random references added
+ * and dropped (L2, refcount block, a fixed kind) on keys that collide and
+ * wrap around the table, through growth and backward-shift deletion. */
+static void test_meta_set(void **state)
+{
+	enum { N = 600 };
+	static uint32_t l2[N], rb[N];
+	static uint8_t fx[N];
+	struct qc_state *s = calloc(1, sizeof(*s));
+	uint64_t i, k, used;
+
+	(void)state;
+	assert_non_null(s);
+	s->cluster_bits = 9;
+	assert_int_equal(qc_mset_add(s, 0, 1, QC_OL_HEADER), 0); /* never empty */
+	for (i = 0; i < 300000; i++) {
+		uint64_t c = rnd() % N, op = rnd() % 6, cl = 1 + c * 64; /* spread, collide */
+
+		if (op < 2 && qc_mset_add(s, cl << 9, 512, QC_OL_L2) == 0)
+			l2[c]++;
+		else if (op == 2 && qc_mset_add(s, cl << 9, 512, QC_OL_RB) == 0)
+			rb[c]++;
+		else if (op == 3 && qc_mset_add(s, cl << 9, 512, QC_OL_L1) == 0)
+			fx[c] = 1;
+		else if (op == 4 && l2[c])
+			qc_mset_del(s, cl << 9, 512, QC_OL_L2), l2[c]--;
+		else if (op == 5 && (rnd() & 1))
+			qc_mset_del(s, cl << 9, 512, QC_OL_L1), fx[c] = 0;
+		else if (op == 5 && rb[c])
+			qc_mset_del(s, cl << 9, 512, QC_OL_RB), rb[c]--;
+		if (i % 1000 && rnd() % 8)
+			continue;
+		for (k = 0, used = 1; k < N; k++) {
+			unsigned want = (l2[k] ? QC_OL_L2 : 0) | (rb[k] ? QC_OL_RB : 0) |
+					(fx[k] ? QC_OL_L1 : 0);
+
+			assert_int_equal(qc_meta_kinds(s, 1 + k * 64), want);
+			assert_int_equal(qc_meta_kinds(s, 2 + k * 64), 0);
+			used += want != 0;
+		}
+		assert_int_equal(s->mset.n, used);
+		assert_int_equal(qc_meta_kinds(s, 0), QC_OL_HEADER);
+	}
+	qc_meta_free(s);
+	free(s);
+}
+
+
+/* Data cluster of guest cluster 0 on an L2 table, a refcount block (also
+ * as a zero cluster that kept its host cluster, and discarded): reads may
+ * return the bytes (QEMU checks writes only), writes, write-zeroes and
+ * discards fail with EIO, mark the image corrupt, and change nothing. */
+static void test_overlap_data_write(void **state)
+{
+	struct co_img m = { 0 };
+	char want[160], rbs[96];
+	const char *w[] = { "L2 entry", "of guest cluster 0 has data at", want, NULL };
+	uint8_t buf[4096];
+	struct blk_node *bs;
+	int fd;
+
+	(void)state;
+	co_make(&m, false);
+	snprintf(rbs, sizeof(rbs), "overlaps the refcount block at 0x%llx (refcount table entry 0)",
+		 (unsigned long long)m.rb);
+	snprintf(want, sizeof(want), "0x%llx that overlaps the L2 table at 0x%llx (L1 entry 0)",
+		 (unsigned long long)m.l2, (unsigned long long)m.l2);
+	co_patch(&m, m.l2, m.l2 | (1ull << 63));
+	bs = open_ok(path("co.qcow2"), NULL);
+	assert_int_equal(blk_pread(bs, 0, buf, sizeof(buf)), 0);
+	assert_memory_equal(buf, m.cur + m.l2, sizeof(buf));
+	blk_close(bs);
+	fd = open(path("co.qcow2"), O_RDONLY);
+	assert_false(file64(fd, 72) & 2);
+	close(fd);
+	co_expect(true, 0, w);
+	co_unchanged(&m, m.l2, 4096);
+	co_marked_corrupt();
+	snprintf(want, sizeof(want), "%s", rbs);
+	co_patch(&m, m.l2, m.rb | (1ull << 63));
+	co_expect(true, 0, w);
+	co_unchanged(&m, m.rb, 4096);
+	co_marked_corrupt();
+	/* A zero cluster that kept its host cluster: the write reuses it. */
+	co_patch(&m, m.l2, m.rb | (1ull << 63) | 1);
+	co_expect(true, 0, w);
+	co_unchanged(&m, m.rb, 4096);
+	co_marked_corrupt();
+	/* Discard and write-zeroes drop or keep the cluster: refused too (a
+	 * discard would free the block and punch it). */
+	for (int op = 0; op < 2; op++) {
+		co_patch(&m, m.l2, m.rb | (1ull << 63));
+		bs = open_ok(path("co.qcow2"), NULL);
+		capture_start();
+		assert_int_equal(do_req(bs, op ? BLK_OP_WRITE_ZEROES : BLK_OP_DISCARD, 0, 4096, 0),
+				 -EIO);
+		/* Nothing was left unwritten: a flush succeeds. */
+		assert_int_equal(blk_flush_sync(bs), 0);
+		blk_close(bs);
+		assert_non_null(strstr(capture_end(), rbs));
+		co_unchanged(&m, m.rb, 4096);
+		co_marked_corrupt();
+	}
+	/* Metadata not yet written when the corruption is found stays so, and
+	 * a flush says that it could not make it durable. */
+	co_patch(&m, m.l2, m.rb | (1ull << 63));
+	bs = open_ok(path("co.qcow2"), NULL);
+	memset(buf, 0x42, sizeof(buf));
+	capture_start();
+	assert_int_equal(blk_pwrite(bs, 5 * 4096, buf, sizeof(buf), 0), 0);
+	assert_int_equal(blk_pwrite(bs, 0, buf, sizeof(buf), 0), -EIO);
+	assert_int_equal(blk_flush_sync(bs), -EIO);
+	blk_close(bs);
+	assert_non_null(strstr(capture_end(), rbs));
+	co_unchanged(&m, m.l2, 4096);
+	co_unchanged(&m, m.rb, 4096);
+	co_marked_corrupt();
+	free(m.bytes);
+	free(m.cur);
+}
+
+/* The reverse: metadata written where other metadata is. An L1 entry that
+ * names a refcount block (the "L2 table" would take an entry, the block a
+ * refcount), a refcount table entry that names an L2 table (a refcount
+ * would be written into it). */
+static void test_overlap_metadata_write(void **state)
+{
+	struct co_img m = { 0 };
+	char want[192];
+	const char *w[] = { want, NULL };
+
+	(void)state;
+	co_make(&m, false);
+	/* Write-zeroes of guest cluster 3 changes its entry only: the L2 side. */
+	snprintf(want, sizeof(want), "L2 table offset 0x%llx (L1 entry 0 = 0x%llx) overlaps the "
+		 "refcount block at 0x%llx (refcount table entry 0)", (unsigned long long)m.rb,
+		 (unsigned long long)(m.rb | (1ull << 63)), (unsigned long long)m.rb);
+	co_patch(&m, m.l1, m.rb | (1ull << 63));
+	{
+		struct blk_node *bs = open_ok(path("co.qcow2"), NULL);
+
+		capture_start();
+		assert_int_equal(do_req(bs, BLK_OP_WRITE_ZEROES, 3 * 4096, 4096, 0), -EIO);
+		blk_close(bs);
+		assert_non_null(strstr(capture_end(), want));
+	}
+	co_unchanged(&m, m.rb, 4096);
+	co_marked_corrupt();
+	/* A write allocates first: the refcount side. */
+	snprintf(want, sizeof(want), "refcount block offset 0x%llx (refcount table entry 0) "
+		 "overlaps the L2 table at 0x%llx (L1 entry 0)", (unsigned long long)m.rb,
+		 (unsigned long long)m.rb);
+	co_patch(&m, m.l1, m.rb | (1ull << 63));
+	co_expect(true, 3, w);
+	co_unchanged(&m, m.rb, 4096);
+	co_marked_corrupt();
+	/* The L2 table is a refcount block: discarding guest cluster 0 would
+	 * write its entry there, and a refcount (the data cluster's) later. */
+	snprintf(want, sizeof(want), "L2 table offset 0x%llx (L1 entry 0 = 0x%llx) overlaps the "
+		 "refcount block at 0x%llx (refcount table entry 0)", (unsigned long long)m.l2,
+		 (unsigned long long)(m.l2 | (1ull << 63)), (unsigned long long)m.l2);
+	co_patch(&m, m.rct, m.l2);
+	{
+		struct blk_node *bs = open_ok(path("co.qcow2"), NULL);
+
+		capture_start();
+		assert_int_equal(do_req(bs, BLK_OP_DISCARD, 0, 4096, 0), -EIO);
+		blk_close(bs);
+		assert_non_null(strstr(capture_end(), want));
+	}
+	co_unchanged(&m, m.l2, 4096);
+	co_marked_corrupt();
+	free(m.bytes);
+	free(m.cur);
+}
+
+/* First header extension of type t in image p: offset of its data, or 0. */
+static uint64_t find_ext(const char *p, uint32_t t)
+{
+	uint8_t h[4096];
+	uint64_t pos;
+	FILE *f = fopen(p, "rb");
+
+	assert_non_null(f);
+	assert_int_equal(fread(h, 1, sizeof(h), f), sizeof(h));
+	fclose(f);
+	for (pos = get64(h + 96) & 0xffffffffu; pos + 8 <= sizeof(h);) {
+		uint32_t type = (uint32_t)(get64(h + pos) >> 32), len = (uint32_t)get64(h + pos);
+
+		if (type == t)
+			return pos + 8;
+		if (!type)
+			return 0;
+		pos += 8 + (len + 7) / 8 * 8;
+	}
+	return 0;
+}
+
+/* Data on the L1 table of an internal snapshot, and on the bitmap
+ * directory (qemu-img makes both). */
+static void test_overlap_snapshot_bitmap(void **state)
+{
+	struct co_img m = { 0 };
+	char want[160];
+	const char *w[] = { "of guest cluster 0 has data at", want, NULL };
+	uint8_t buf[4096];
+	uint64_t snl1, dir, ext;
+	struct blk_node *bs;
+	int fd;
+
+	(void)state;
+	NEED_QEMU();
+	co_make(&m, false);
+	assert_int_equal(sh("qemu-img snapshot -c s1 %s", path("co.qcow2")), 0);
+	/* Give the active image its own L2 table and cluster 0 again. */
+	bs = open_ok(path("co.qcow2"), NULL);
+	memset(buf, 0x6b, sizeof(buf));
+	assert_int_equal(blk_pwrite(bs, 0, buf, sizeof(buf), 0), 0);
+	blk_close(bs);
+	co_reload(&m);
+	fd = open(path("co.qcow2"), O_RDONLY);
+	snl1 = file64(fd, file64(fd, 64));
+	close(fd);
+	snprintf(want, sizeof(want), "overlaps the L1 table of snapshot 1 at 0x%llx",
+		 (unsigned long long)snl1);
+	co_patch(&m, m.l2, snl1 | (1ull << 63));
+	co_expect(true, 0, w);
+	co_unchanged(&m, snl1, 4096);
+	co_marked_corrupt();
+	co_make(&m, false);
+	assert_int_equal(sh("qemu-img bitmap --add %s b0", path("co.qcow2")), 0);
+	co_reload(&m);
+	ext = find_ext(path("co.qcow2"), 0x23852875);
+	assert_true(ext);
+	dir = get64(m.bytes + ext + 16);
+	snprintf(want, sizeof(want), "overlaps the bitmap directory at 0x%llx",
+		 (unsigned long long)dir);
+	co_patch(&m, m.l2, dir | (1ull << 63));
+	co_expect(true, 0, w);
+	co_unchanged(&m, dir, get64(m.bytes + ext + 8)); /* the file may end inside */
+	free(m.bytes);
+	free(m.cur);
+}
+
 /* A file that ends inside its last cluster, an L2 table (readers pad it with
  * zeroes): writes through that table, and a data cluster the file ends
  * inside of, work and leave a clean image. */
@@ -1870,6 +2123,10 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_corrupt_alloc_overlap),
 		cmocka_unit_test(test_corrupt_data_cluster),
 		cmocka_unit_test(test_corrupt_compressed),
+		cmocka_unit_test(test_meta_set),
+		cmocka_unit_test(test_overlap_data_write),
+		cmocka_unit_test(test_overlap_metadata_write),
+		cmocka_unit_test(test_overlap_snapshot_bitmap),
 		cmocka_unit_test(test_partial_last_cluster),
 		cmocka_unit_test(test_hostile_sizes),
 	};

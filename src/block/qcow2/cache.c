@@ -290,13 +290,14 @@ int qc_metadata_writeback(struct qc_state *s, bool data_too)
 	uint32_t i;
 	int ret = 0;
 
-	/* A corrupt image gets no metadata built on what was found wrong. */
-	if (s->corrupt && !s->bs->read_only)
-		return -EIO;
 	for (i = 0; s->l1_dirty && i < (s->l1_size * 8 + 4095) / 4096; i++)
 		l1_dirty |= s->l1_dirty[i] != 0;
 	if (!l1_dirty && !l2_dirty && !s->rbc.ndirty && !rct_dirty)
 		return data_too ? qc_flush_files(s) : 0;
+	/* A corrupt image gets no metadata built on what was found wrong: what
+	 * is not on disk yet cannot be made durable. */
+	if (s->corrupt && !s->bs->read_only)
+		return -EIO;
 	if (s->lazy)
 		ret = qc_header_mark_dirty(s);
 	/* Lazy refcounts: refcount blocks go out only at eviction and close. */

@@ -73,7 +73,7 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 	struct qc_state *s = k->s;
 	uint64_t off, len;
 	char buf[160];
-	const char *why = qc_entry_problem(s, gc, e, bm, buf, sizeof(buf));
+	const char *why = qc_entry_problem(s, gc, e, bm, QC_OL_FIXED, buf, sizeof(buf));
 
 	if (why) {
 		ck_error(k, false, "L2 entry 0x%llx of guest cluster %llu %s",
@@ -136,7 +136,7 @@ static int ck_l1(struct ck *k, const uint64_t *l1, uint64_t size, bool active)
 		off = l1[i] & QC_OFFSET_MASK;
 		if (!off)
 			continue;
-		why = qc_l1e_problem(s, l1[i], buf, sizeof(buf));
+		why = qc_l1e_problem(s, l1[i], QC_OL_FIXED, buf, sizeof(buf));
 		if (why) {
 			ck_error(k, false, "%sL1 entry %llu (0x%llx): L2 table offset %s",
 				 active ? "" : "snapshot ", (unsigned long long)i,
@@ -376,7 +376,7 @@ static void ck_copied(struct ck *k)
 	for (i = 0; i < s->l1_size; i++) {
 		off = s->l1[i] & QC_OFFSET_MASK;
 		/* Never patch what is not surely an L2 table. */
-		if (!off || qc_l1e_problem(s, s->l1[i], buf, sizeof(buf)) ||
+		if (!off || qc_l1e_problem(s, s->l1[i], QC_OL_ALL & ~QC_OL_L2, buf, sizeof(buf)) ||
 		    (off >> s->cluster_bits) >= k->n)
 			continue;
 		if (!ck_copied_ok(k, s->l1[i], off, false)) {

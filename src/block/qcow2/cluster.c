@@ -47,9 +47,11 @@ int qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitma
 	return 1;
 }
 
-/* Why the L2 table offset of L1 entry e cannot be followed (NULL: it can).
- * Checked at every use: a few comparisons. */
-const char *qc_l1e_problem(const struct qc_state *s, uint64_t e, char *buf, size_t len)
+/* Why the L2 table offset of L1 entry e cannot be followed (NULL: it can):
+ * which says what it must not overlap (reading: the fixed tables; writing:
+ * any other metadata). Checked at every use: a few comparisons. */
+const char *qc_l1e_problem(const struct qc_state *s, uint64_t e, unsigned which, char *buf,
+			   size_t len)
 {
 	uint64_t off = e & QC_OFFSET_MASK;
 	char what[96];
@@ -62,16 +64,16 @@ const char *qc_l1e_problem(const struct qc_state *s, uint64_t e, char *buf, size
 		return "is not cluster aligned";
 	if (off >= qc_align_up(s->file->size, s->cluster_size))
 		return "is past the end of the file";
-	if (!qc_meta_overlap(s, QC_OL_FIXED, off, s->cluster_size, what, sizeof(what)))
+	if (!qc_meta_overlap(s, which, off, s->cluster_size, what, sizeof(what)))
 		return NULL;
 	snprintf(buf, len, "overlaps the %s", what);
 	return buf;
 }
 
-static int qc_l1_check(struct qc_state *s, uint64_t l1i, uint64_t e)
+static int qc_l1_check(struct qc_state *s, uint64_t l1i, uint64_t e, unsigned which)
 {
-	char buf[128];
-	const char *why = qc_l1e_problem(s, e, buf, sizeof(buf));
+	char buf[160];
+	const char *why = qc_l1e_problem(s, e, which, buf, sizeof(buf));
 
 	if (!why)
 		return 0;
@@ -93,7 +95,7 @@ int qc_l2_get(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitmap
 	l1e = s->l1[l1i];
 	if (!(l1e & QC_OFFSET_MASK))
 		return 0;
-	ret = qc_l1_check(s, l1i, l1e);
+	ret = qc_l1_check(s, l1i, l1e, QC_OL_FIXED);
 	if (ret)
 		return ret;
 	sl = qc_cache_get(s, &s->l2c, qc_l2_key(s, l1e & QC_OFFSET_MASK, gc, &boff), false, &ret);
@@ -134,10 +136,19 @@ static int qc_l2_alloc(struct qc_state *s, uint64_t l1i, uint64_t old)
 		goto out;
 	}
 	pthread_mutex_lock(&s->lock);
-	s->l1[l1i] = new | QC_OFLAG_COPIED;
-	s->l1_dirty[l1i * 8 / 4096] = 1;
-	s->metadata_changed = true;
+	ret = qc_mset_add(s, new, s->cluster_size, QC_OL_L2);
+	if (!ret) {
+		if (old)
+			qc_mset_del(s, old, s->cluster_size, QC_OL_L2);
+		s->l1[l1i] = new | QC_OFLAG_COPIED;
+		s->l1_dirty[l1i * 8 / 4096] = 1;
+		s->metadata_changed = true;
+	}
 	pthread_mutex_unlock(&s->lock);
+	if (ret) {
+		qc_rc_update(s, new >> s->cluster_bits, -1);
+		goto out;
+	}
 	if (old)
 		qc_decref_add(s, old, 1, false);
 out:
@@ -155,7 +166,8 @@ int qc_l2_set(struct qc_state *s, uint64_t gc, uint64_t entry, uint64_t bitmap)
 	if (l1i >= s->l1_size)
 		return -EIO;
 	l1e = s->l1[l1i];
-	ret = qc_l1_check(s, l1i, l1e);
+	/* The table is about to be written: it must be no other metadata. */
+	ret = qc_l1_check(s, l1i, l1e, QC_OL_ALL & ~QC_OL_L2);
 	if (!ret && (!(l1e & QC_OFFSET_MASK) || !(l1e & QC_OFLAG_COPIED)))
 		ret = qc_l2_alloc(s, l1i, l1e & QC_OFFSET_MASK);
 	if (ret)
@@ -232,8 +244,8 @@ enum qc_kind qc_classify(const struct qc_state *s, uint64_t e, uint64_t bm, uint
 	return k;
 }
 
-static const char *qc_comp_problem(const struct qc_state *s, uint64_t e, uint64_t bm, char *buf,
-				   size_t len)
+static const char *qc_comp_problem(const struct qc_state *s, uint64_t e, uint64_t bm,
+				   unsigned which, char *buf, size_t len)
 {
 	uint64_t off, clen;
 	char what[96];
@@ -248,7 +260,7 @@ static const char *qc_comp_problem(const struct qc_state *s, uint64_t e, uint64_
 		snprintf(buf, len, "has compressed data at 0x%llx (%llu bytes) past the end of the "
 			 "file (%llu bytes)", (unsigned long long)off, (unsigned long long)clen,
 			 (unsigned long long)s->file->size);
-	else if (qc_meta_overlap(s, QC_OL_FIXED, off, clen, what, sizeof(what)))
+	else if (qc_meta_overlap(s, which, off, clen, what, sizeof(what)))
 		snprintf(buf, len, "has compressed data at 0x%llx that overlaps the %s",
 			 (unsigned long long)off, what);
 	else
@@ -257,15 +269,17 @@ static const char *qc_comp_problem(const struct qc_state *s, uint64_t e, uint64_
 }
 
 /* Why entry e of guest cluster gc cannot be used (NULL: it can): entries a
- * hostile image could use to make us touch the wrong place. */
+ * hostile image could use to make us touch the wrong place. which: the
+ * metadata its data must not overlap (QC_OL_FIXED to read it, QC_OL_ALL to
+ * write, zero or discard it). */
 const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm,
-			     char *buf, size_t len)
+			     unsigned which, char *buf, size_t len)
 {
 	uint64_t off = e & QC_OFFSET_MASK;
 	char what[96];
 
 	if (e & QC_OFLAG_COMPRESSED)
-		return qc_comp_problem(s, e, bm, buf, len);
+		return qc_comp_problem(s, e, bm, which, buf, len);
 	if (e & QC_L2E_RESERVED)
 		return "has reserved bits set";
 	if (off & (s->cluster_size - 1))
@@ -284,7 +298,7 @@ const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t e, 
 	if (off >= qc_align_up(s->file->size, s->cluster_size))
 		snprintf(buf, len, "has data at 0x%llx, past the end of the file (%llu bytes)",
 			 (unsigned long long)off, (unsigned long long)s->file->size);
-	else if (qc_meta_overlap(s, QC_OL_FIXED, off, s->cluster_size, what, sizeof(what)))
+	else if (qc_meta_overlap(s, which, off, s->cluster_size, what, sizeof(what)))
 		snprintf(buf, len, "has data at 0x%llx that overlaps the %s",
 			 (unsigned long long)off, what);
 	else
@@ -292,10 +306,10 @@ const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t e, 
 	return buf;
 }
 
-int qc_entry_check(struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm)
+int qc_entry_check(struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm, unsigned which)
 {
-	char buf[160];
-	const char *why = qc_entry_problem(s, gc, e, bm, buf, sizeof(buf));
+	char buf[192];
+	const char *why = qc_entry_problem(s, gc, e, bm, which, buf, sizeof(buf));
 
 	if (!why)
 		return 0;
@@ -507,6 +521,11 @@ int qc_l1_grow(struct qc_state *s, uint64_t min_size)
 	ret = l1 && dirty && buf ? 0 : -ENOMEM;
 	if (!ret)
 		ret = qc_alloc_clusters(s, bytes >> s->cluster_bits, &off, &fresh);
+	if (!ret) {
+		pthread_mutex_lock(&s->lock);
+		ret = qc_mset_add(s, off, bytes, QC_OL_L1);
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (ret)
 		goto out;
 	memcpy(l1, s->l1, (uint64_t)s->l1_size * 8);
@@ -527,6 +546,7 @@ int qc_l1_grow(struct qc_state *s, uint64_t min_size)
 	if (ret)
 		goto out;
 	pthread_mutex_lock(&s->lock);
+	qc_mset_del(s, oldoff, (uint64_t)s->l1_size * 8, QC_OL_L1);
 	free(s->l1);
 	free(s->l1_dirty);
 	s->l1 = l1;

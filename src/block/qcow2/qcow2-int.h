@@ -106,6 +106,31 @@ struct qc_snapshot {
 	uint64_t vm_clock_nsec, vm_state_size, disk_size, icount;
 };
 
+/* ---- metadata overlap (overlap.c) ---- */
+
+/* Host cluster c (key c + 1; 0: empty): how many active L1 entries name it
+ * (l2), how many refcount table entries (rbf bits 0-23, saturating), and
+ * which fixed structures it holds (rbf bits 24-31: QC_OL_HEADER, _L1,
+ * _RCT, _SNAPT, _BMDIR). */
+struct qc_mslot {
+	uint64_t key;
+	uint32_t l2, rbf;
+};
+
+#define QC_MSLOT_RB 0xffffffu
+
+/* Open addressing with linear probing; capacity mask + 1, a power of two
+ * (v NULL: empty). */
+struct qc_mset {
+	struct qc_mslot *v;
+	uint64_t mask, n;
+	unsigned shift; /* 64 - log2(capacity) */
+};
+
+struct qc_range {
+	uint64_t start, end;
+};
+
 /* ---- coroutine waiting (io.c) ---- */
 
 struct qc_waiter {
@@ -245,6 +270,13 @@ struct qc_state {
 	uint32_t nsnaps;
 	uint64_t snap_offset, snap_bytes; /* the snapshot table */
 
+	/* Overlap checks (overlap.c): L2 tables of the active L1 and refcount
+	 * blocks (changed under lock, with meta held), the snapshots' L1
+	 * tables (built at open, then read-only). */
+	struct qc_mset mset;
+	struct qc_range *snap_l1r;
+	uint32_t nsnap_l1r;
+
 	pthread_mutex_t lock;
 	struct qc_comutex meta;
 	struct qc_alloc *allocs;  /* lock */
@@ -350,25 +382,79 @@ int qc_header_write_field(struct qc_state *s, unsigned off, const void *val, uns
 int qc_header_mark_dirty(struct qc_state *s);
 int qc_header_mark_clean(struct qc_state *s);
 void qc_header_free(struct qc_state *s);
-bool qc_ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen);
 
-/* Metadata kinds for qc_meta_overlap (meta held, or open). The first four
- * cost a comparison each; the others scan a table. */
+/* ---- overlap.c ---- */
+
+/* Metadata kinds for qc_meta_overlap (meta held, or lock, or open). The
+ * fixed ones cost a comparison each, the snapshots' L1 tables a binary
+ * search, L2 tables and refcount blocks a hash lookup per cluster. */
 #define QC_OL_HEADER (1u << 0)
 #define QC_OL_L1 (1u << 1)
 #define QC_OL_RCT (1u << 2)
 #define QC_OL_SNAPT (1u << 3)
-#define QC_OL_SNAP_L1 (1u << 4) /* L1 tables of snapshots: O(snapshots) */
-#define QC_OL_L2 (1u << 5)      /* active L2 tables: O(L1 entries) */
-#define QC_OL_RB (1u << 6)      /* refcount blocks: O(refcount table entries in use) */
-#define QC_OL_FIXED (QC_OL_HEADER | QC_OL_L1 | QC_OL_RCT | QC_OL_SNAPT)
-#define QC_OL_ALL 0x7fu
+#define QC_OL_SNAP_L1 (1u << 4) /* L1 tables of snapshots */
+#define QC_OL_L2 (1u << 5)      /* L2 tables of the active L1 */
+#define QC_OL_RB (1u << 6)      /* refcount blocks */
+#define QC_OL_BMDIR (1u << 7)   /* bitmap directory */
+#define QC_OL_FIXED (QC_OL_HEADER | QC_OL_L1 | QC_OL_RCT | QC_OL_SNAPT | QC_OL_BMDIR)
+#define QC_OL_ALL 0xffu
 /* True if [off, off+len) overlaps metadata of a kind in `which`; buf names
  * the first structure found and where it is. */
 bool qc_meta_overlap(const struct qc_state *s, unsigned which, uint64_t off, uint64_t len,
 		     char *buf, size_t buflen);
+/* Header cluster, L1 table, refcount table, snapshot table, bitmap
+ * directory: the same as QC_OL_FIXED without a description. */
+bool qc_overlaps_fixed(const struct qc_state *s, uint64_t off, uint64_t len);
+int qc_meta_build(struct qc_state *s);
+void qc_meta_free(struct qc_state *s);
+/* The clusters of [off, off+len) hold (no longer hold) metadata of one kind:
+ * lock held. Adding may fail (-ENOMEM); the set is then unchanged or holds
+ * more than it should, which is safe. */
+int qc_mset_add(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind);
+void qc_mset_del(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind);
+bool qc_snap_l1_hit(const struct qc_state *s, uint64_t off, uint64_t len);
+
+static inline bool qc_ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+{
+	return alen && blen && a < b + blen && b < a + alen;
+}
+
+static inline uint64_t qc_mset_hash(const struct qc_mset *m, uint64_t key)
+{
+	return (key * 0x9e3779b97f4a7c15ull) >> m->shift;
+}
+
+/* Kinds of metadata host cluster c holds (QC_OL_* bits but SNAP_L1; 0:
+ * none). The set is never empty: it has the header. */
+static inline unsigned qc_meta_kinds(const struct qc_state *s, uint64_t c)
+{
+	const struct qc_mset *m = &s->mset;
+	const struct qc_mslot *sl;
+	uint64_t i;
+
+	for (i = qc_mset_hash(m, c + 1); (sl = &m->v[i])->key; i = (i + 1) & m->mask) {
+		if (sl->key == c + 1)
+			return (sl->rbf >> 24) | (sl->l2 ? QC_OL_L2 : 0) |
+			       (sl->rbf & QC_MSLOT_RB ? QC_OL_RB : 0);
+	}
+	return 0;
+}
+
+/* Does whole-cluster range [off, off+len) hold metadata of a kind in which?
+ * One hash lookup per cluster (lock or meta held): the fast paths. */
+static inline bool qc_meta_on(const struct qc_state *s, uint64_t off, uint64_t len, unsigned which)
+{
+	uint64_t c = off >> s->cluster_bits, last = (off + len - 1) >> s->cluster_bits;
+
+	for (; c <= last; c++)
+		if (qc_meta_kinds(s, c) & which)
+			return true;
+	return (which & QC_OL_SNAP_L1) && s->nsnap_l1r && qc_snap_l1_hit(s, off, len);
+}
+
 /* An inconsistency found in use (coroutine): logs it, marks the image
- * corrupt (on disk when writable, version 3) and returns -EIO. */
+ * corrupt (on disk when writable, version 3) and returns -EIO; nothing is
+ * written to the image from then on. */
 int qc_corrupt(struct qc_state *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- cache.c ---- */
@@ -389,7 +475,6 @@ int qc_cache_writeback(struct qc_state *s, struct qc_cache *c);
 int qc_metadata_writeback(struct qc_state *s, bool data_too);
 
 /* ---- refcount.c ---- */
-bool qc_overlaps_fixed(const struct qc_state *s, uint64_t off, uint64_t len);
 int qc_rc_get(struct qc_state *s, uint64_t cluster, uint64_t *rc);
 int qc_rc_update(struct qc_state *s, uint64_t cluster, int64_t delta);
 /* Allocate n contiguous clusters; *off host offset; *fresh: known zero. */
@@ -427,12 +512,15 @@ enum qc_kind qc_classify(const struct qc_state *s, uint64_t entry, uint64_t bitm
 /* Fast path lookup under s->lock: 1 with entry if the slice is cached. */
 int qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitmap);
 /* Why an entry / an L1 entry cannot be used (NULL: it can); buf may hold
- * the answer. */
+ * the answer. which: the metadata kinds (QC_OL_*) the data or the L2 table
+ * must not overlap. */
 const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t entry,
-			     uint64_t bitmap, char *buf, size_t len);
-const char *qc_l1e_problem(const struct qc_state *s, uint64_t l1e, char *buf, size_t len);
+			     uint64_t bitmap, unsigned which, char *buf, size_t len);
+const char *qc_l1e_problem(const struct qc_state *s, uint64_t l1e, unsigned which, char *buf,
+			   size_t len);
 /* Same, as a corruption (qc_corrupt) when it cannot: 0 or -EIO. */
-int qc_entry_check(struct qc_state *s, uint64_t gc, uint64_t entry, uint64_t bitmap);
+int qc_entry_check(struct qc_state *s, uint64_t gc, uint64_t entry, uint64_t bitmap,
+		   unsigned which);
 int qc_l1_read(struct qc_state *s, char *err, size_t errlen);
 int qc_l1_write_dirty(struct qc_state *s);
 int qc_l1_grow(struct qc_state *s, uint64_t min_size);

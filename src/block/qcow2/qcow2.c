@@ -152,7 +152,8 @@ static bool qc_fast_sane(const struct qc_state *s, uint64_t gc, uint64_t e, uint
 /* Host offset of [off, off+len) if it is plain data, contiguous, in one
  * cached slice (lock held). 1: found; 0: no. For writes the clusters must
  * be COPIED. The host range must lie inside the file and clear of the
- * tables: cached entries are whatever the image says. */
+ * tables (for writes: of all metadata): cached entries are whatever the
+ * image says. */
 static int qc_fast_map(struct qc_state *s, uint64_t off, uint64_t len, bool write, uint64_t *host)
 {
 	uint64_t gc = off >> s->cluster_bits, last = (off + len - 1) >> s->cluster_bits;
@@ -166,8 +167,10 @@ static int qc_fast_map(struct qc_state *s, uint64_t off, uint64_t len, bool writ
 		return 0;
 	base = e & QC_OFFSET_MASK;
 	*host = base + coff;
+	n = (last - gc + 1) << s->cluster_bits;
 	if ((base & (s->cluster_size - 1)) || *host + len > s->fwd_limit || *host + len < *host ||
-	    (!s->data_external && qc_overlaps_fixed(s, base, (last - gc + 1) << s->cluster_bits)))
+	    (!s->data_external &&
+	     qc_meta_on(s, base, n, write ? QC_OL_ALL : QC_OL_FIXED)))
 		return 0;
 	while (++gc <= last) {
 		uint64_t e2, bm2;
@@ -307,9 +310,10 @@ static int qc_submit(struct blk_node *bs, struct blk_request *req)
 	struct qc_state *s = bs->opaque;
 	int ret;
 
-	/* Nothing is written once corruption was found (see qc_corrupt). */
-	if (req->op != BLK_OP_READ && req->op != BLK_OP_BLOCK_STATUS && !bs->read_only &&
-	    __atomic_load_n(&s->corrupt, __ATOMIC_ACQUIRE))
+	/* Nothing is written once corruption was found (see qc_corrupt); a
+	 * flush still makes durable what was written before, if it can. */
+	if (req->op != BLK_OP_READ && req->op != BLK_OP_BLOCK_STATUS && req->op != BLK_OP_FLUSH &&
+	    !bs->read_only && __atomic_load_n(&s->corrupt, __ATOMIC_ACQUIRE))
 		return -EIO;
 	if (req->op == BLK_OP_READ) {
 		ret = qc_read_fast(bs, s, req);
@@ -331,7 +335,7 @@ int qc_co_flush_all(struct qc_state *s)
 
 	qc_co_lock(s, &s->meta);
 	ret = qc_metadata_writeback(s, true);
-	if (!ret && (s->dec_new.n || s->dec_wait.n))
+	if (!ret && (s->dec_new.n || s->dec_wait.n) && !s->corrupt)
 		ret = qc_decref_process(s);
 	qc_co_unlock(s, &s->meta);
 	return ret;
@@ -358,6 +362,8 @@ static int qc_open_co(void *arg)
 		ret = qc_rc_init(s, o->err, o->errlen);
 	if (!ret)
 		ret = qc_snapshots_read(s, o->err, o->errlen);
+	if (!ret)
+		ret = qc_meta_build(s);
 	if (ret && ret != -EINVAL && !o->err[0])
 		snprintf(o->err, o->errlen, "qcow2: cannot read metadata: %s", strerror(-ret));
 	return ret;
@@ -477,6 +483,7 @@ static void qc_state_free(struct qc_state *s)
 {
 	qc_backing_close(s);
 	qc_snapshots_free(s);
+	qc_meta_free(s);
 	qc_cache_free(&s->l2c);
 	qc_cache_free(&s->rbc);
 	qc_header_free(s);
@@ -594,9 +601,10 @@ static void qcow2_close(struct blk_node *bs)
 
 	if (!s)
 		return;
-	/* A repair that left the image corrupt wrote what it fixed already;
-	 * nothing else may be written. */
-	if (!s->read_only && !(s->repair && s->corrupt)) {
+	/* Once corruption was found (or a repair left the image corrupt, having
+	 * written what it fixed) nothing more is written: the image is read-only
+	 * from then on, as in QEMU. */
+	if (!s->read_only && !s->corrupt) {
 		ret = qc_run_sync(qc_close_co, s);
 		if (ret)
 			log_err("qcow2: writing metadata at close failed: %s", strerror(-ret));

@@ -61,15 +61,6 @@ void qc_rc_set_raw(const struct qc_state *s, uint8_t *p, uint64_t idx, uint64_t 
 
 /* ---- table and blocks ---- */
 
-/* Header cluster, L1 table, refcount table, snapshot table. */
-bool qc_overlaps_fixed(const struct qc_state *s, uint64_t off, uint64_t len)
-{
-	return off < s->cluster_size ||
-	       qc_ranges_overlap(off, len, s->l1_offset, (uint64_t)s->l1_size * 8) ||
-	       qc_ranges_overlap(off, len, s->rct_offset, s->rct_size * 8) ||
-	       qc_ranges_overlap(off, len, s->snap_offset, s->snap_bytes);
-}
-
 /* Why refcount table entry e cannot be followed (NULL: it can). */
 static const char *qc_rct_problem(const struct qc_state *s, uint64_t e)
 {
@@ -116,12 +107,13 @@ int qc_rc_init(struct qc_state *s, char *err, size_t errlen)
 }
 
 /* A refcount block must not be any of the tables (checked at each use: the
- * tables move when they grow, and the comparisons cost nothing). */
-static int qc_rb_check(struct qc_state *s, uint64_t ti)
+ * tables move when they grow, and the comparisons cost nothing), nor, to be
+ * written, any other metadata (which). */
+static int qc_rb_check(struct qc_state *s, uint64_t ti, unsigned which)
 {
 	char what[96];
 
-	if (!qc_meta_overlap(s, QC_OL_FIXED, s->rct[ti], s->cluster_size, what, sizeof(what)))
+	if (!qc_meta_overlap(s, which, s->rct[ti], s->cluster_size, what, sizeof(what)))
 		return 0;
 	return qc_corrupt(s, "refcount block offset 0x%llx (refcount table entry %llu) overlaps "
 			  "the %s", (unsigned long long)s->rct[ti], (unsigned long long)ti, what);
@@ -147,7 +139,7 @@ int qc_rc_get(struct qc_state *s, uint64_t c, uint64_t *rc)
 	*rc = 0;
 	if (ti >= s->rct_size || !s->rct[ti])
 		return 0;
-	ret = qc_rb_check(s, ti);
+	ret = qc_rb_check(s, ti, QC_OL_FIXED);
 	if (ret)
 		return ret;
 	key = qc_rc_key(s, c, &idx);
@@ -187,6 +179,11 @@ static int qc_rb_create(struct qc_state *s, uint64_t ti, uint64_t r)
 	ret = qc_grow_file(s, s->file, roff + s->cluster_size);
 	if (ret)
 		return ret;
+	pthread_mutex_lock(&s->lock);
+	ret = qc_mset_add(s, roff, s->cluster_size, QC_OL_RB);
+	pthread_mutex_unlock(&s->lock);
+	if (ret)
+		return ret;
 	buf = qc_alloc_buf(s->cluster_size);
 	if (!buf)
 		return -ENOMEM;
@@ -223,7 +220,7 @@ int qc_rc_update(struct qc_state *s, uint64_t c, int64_t delta)
 		if (ret)
 			return ret;
 	}
-	ret = qc_rb_check(s, ti);
+	ret = qc_rb_check(s, ti, QC_OL_ALL & ~QC_OL_RB);
 	if (ret)
 		return ret;
 	key = qc_rc_key(s, c, &idx);
@@ -349,7 +346,11 @@ static int qc_grow_write_blocks(struct qc_state *s, struct qc_grow *g)
 			if (c >> s->rb_bits == t)
 				qc_rc_set_raw(s, buf, c & ((1ull << s->rb_bits) - 1), 1);
 		g->tab[t] = b << s->cluster_bits;
-		ret = qc_co_pwrite(s->file, b << s->cluster_bits, buf, s->cluster_size);
+		pthread_mutex_lock(&s->lock);
+		ret = qc_mset_add(s, b << s->cluster_bits, s->cluster_size, QC_OL_RB);
+		pthread_mutex_unlock(&s->lock);
+		if (!ret)
+			ret = qc_co_pwrite(s->file, b << s->cluster_bits, buf, s->cluster_size);
 		b++;
 	}
 	free(buf);
@@ -370,7 +371,11 @@ static int qc_grow_switch(struct qc_state *s, struct qc_grow *g)
 	}
 	for (i = 0; i < g->new_entries; i++)
 		qc_wr64(buf + i * 8, g->tab[i]);
-	ret = qc_co_pwrite(s->file, off, buf, g->new_entries * 8);
+	pthread_mutex_lock(&s->lock);
+	ret = qc_mset_add(s, off, g->new_entries * 8, QC_OL_RCT);
+	pthread_mutex_unlock(&s->lock);
+	if (!ret)
+		ret = qc_co_pwrite(s->file, off, buf, g->new_entries * 8);
 	free(buf);
 	/* Existing blocks may count some of the new clusters: on disk too. */
 	if (!ret)
@@ -395,6 +400,7 @@ static int qc_grow_switch(struct qc_state *s, struct qc_grow *g)
 	for (s->rct_used = g->new_entries; s->rct_used && !s->rct[s->rct_used - 1];)
 		s->rct_used--;
 	pthread_mutex_lock(&s->lock); /* the fast paths check against the table */
+	qc_mset_del(s, old, oldn * 8, QC_OL_RCT);
 	s->rct_size = g->new_entries;
 	s->rct_offset = off;
 	pthread_mutex_unlock(&s->lock);
@@ -677,6 +683,20 @@ void qc_decref_add(struct qc_state *s, uint64_t off, uint64_t n, bool discard)
 	s->metadata_changed = true;
 }
 
+/* Punch a data cluster whose refcount dropped to zero, unless it is still
+ * metadata (a refcount that was wrong): then the image is corrupt. */
+static int qc_decref_discard(struct qc_state *s, uint64_t c)
+{
+	char what[96];
+
+	if (qc_meta_overlap(s, QC_OL_ALL, c << s->cluster_bits, s->cluster_size, what,
+			    sizeof(what)))
+		return qc_corrupt(s, "cluster 0x%llx, freed, is still the %s",
+				  (unsigned long long)(c << s->cluster_bits), what);
+	qc_co_op(s->file, BLK_OP_DISCARD, c << s->cluster_bits, s->cluster_size, 0);
+	return 0;
+}
+
 static int qc_decref_apply(struct qc_state *s)
 {
 	struct qc_decref_list *l = &s->dec_wait;
@@ -693,8 +713,9 @@ static int qc_decref_apply(struct qc_state *s)
 				break;
 			qc_cache_forget(s, &s->l2c, c << s->cluster_bits, s->cluster_size);
 			if (d->discard && qc_rc_get(s, c, &rc) == 0 && rc == 0)
-				qc_co_op(s->file, BLK_OP_DISCARD, c << s->cluster_bits,
-					 s->cluster_size, 0);
+				ret = qc_decref_discard(s, c);
+			if (ret)
+				break;
 		}
 	}
 	l->n = 0;

@@ -125,7 +125,7 @@ static int qc_lookup_settled(struct qc_state *s, uint64_t gc, uint64_t *e, uint6
 		ret = qc_l2_get(s, gc, e, bm);
 		if (ret)
 			break;
-		ret = qc_entry_check(s, gc, *e, *bm);
+		ret = qc_entry_check(s, gc, *e, *bm, QC_OL_FIXED);
 	} while (ret == 0 && qc_alloc_wait(s, gc, 1));
 	qc_co_unlock(s, &s->meta);
 	return ret;
@@ -354,7 +354,7 @@ static int qc_write_lookup(struct qc_state *s, struct qc_plan *p, uint64_t off, 
 	for (;;) {
 		ret = qc_l2_get(s, p->gc, &p->e0, &p->bm0);
 		if (!ret)
-			ret = qc_entry_check(s, p->gc, p->e0, p->bm0);
+			ret = qc_entry_check(s, p->gc, p->e0, p->bm0, QC_OL_ALL);
 		if (ret)
 			return ret;
 		a = qc_alloc_try_join(s, p->gc, off, &host);
@@ -485,7 +485,7 @@ static int qc_zero_cluster(struct qc_state *s, uint64_t gc, uint32_t flags, bool
 	do {
 		ret = qc_l2_get(s, gc, &e, &bm);
 		if (!ret)
-			ret = qc_entry_check(s, gc, e, bm);
+			ret = qc_entry_check(s, gc, e, bm, QC_OL_ALL);
 	} while (ret == 0 && qc_alloc_wait(s, gc, 1));
 	if (ret)
 		goto out;
