@@ -5,7 +5,10 @@ header fields, tables, entries or extensions patched.
 
   header   (test-img-hostile.sh) an offset + length taken from the image wraps, points
            outside the file, or claims far more than the file holds;
-  overlap  (test-img-overlap.sh) a data cluster or an L2 table is other metadata.
+  overlap  (test-img-overlap.sh) a data cluster or an L2 table is other metadata;
+  size     (test-img-check-bounds.sh) tables whose entries all name one refcount block,
+           one L2 table or one snapshot L1 table claim far more than the file holds
+           (64 KiB clusters; the -huge ones are 33 MiB or more, made at test time).
 
     _qcow2craft.py list GROUP        names of a group, one a line
     _qcow2craft.py NAME OUT          write image NAME to OUT (qemu-img must be installed)
@@ -20,8 +23,8 @@ CS = 4096
 U64 = (1 << 64) - 1
 
 
-def qemu_image(path, size='1M', opts='', writes=()):
-    o = 'cluster_size=%d' % CS + (',' + opts if opts else '')
+def qemu_image(path, size='1M', opts='', writes=(), cs=CS):
+    o = 'cluster_size=%d' % cs + (',' + opts if opts else '')
     subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-o', o, path, size], check=True)
     args = []
     for w in writes:
@@ -59,8 +62,9 @@ def add_ext(d, ext_type, payload):
     d[pos + len(raw):pos + len(raw) + 8] = b'\0' * 8
 
 
-def grow(d, n=CS):
-    """Append n zero bytes; returns the offset of the new space."""
+def grow(d, n=CS, align=CS):
+    """Append n zero bytes at the next multiple of align; returns their offset."""
+    d.extend(b'\0' * (-len(d) % align))
     off = len(d)
     d.extend(b'\0' * n)
     return off
@@ -261,17 +265,110 @@ HEADER = {
     'feature-table-huge': case_feature_table_huge,
 }
 
+# ---- size: claims far beyond the file ----
+
+CS64 = 65536
+
+
+def base64k(tmp, opts='', writes=('write -P 0x11 0 1M',)):
+    return qemu_image(os.path.join(tmp, 'b.qcow2'), '1G', opts, writes, CS64)
+
+
+def rct_all_first(d):
+    """Every refcount table entry names the first refcount block."""
+    rct, n = be64(d, 48), struct.unpack_from('>I', d, 56)[0] * CS64 // 8
+    rb = be64(d, rct)
+    for i in range(n):
+        put64(d, rct + 8 * i, rb)
+
+
+def size_rb_alias(tmp):
+    d = base64k(tmp)
+    rct_all_first(d)
+    return d
+
+
+def size_rb_alias_rc1(tmp):
+    """1-bit refcounts: the 8192 entries claim 2^32 clusters (256 TiB)."""
+    d = base64k(tmp, 'refcount_bits=1', ())
+    rct_all_first(d)
+    return d
+
+
+def l1_all_first(d, entries):
+    """A new L1 table of entries entries, all naming the first L2 table."""
+    e = be64(d, be64(d, 40))
+    off = grow(d, (entries * 8 + CS64 - 1) // CS64 * CS64, CS64)
+    d[off:off + entries * 8] = struct.pack('>Q', e) * entries
+    put64(d, 40, off)
+    put32(d, 36, entries)
+
+
+def size_l1_alias(tmp):
+    d = base64k(tmp)
+    l1_all_first(d, 65536)
+    return d
+
+
+def size_l1_alias_huge(tmp):
+    d = base64k(tmp)
+    l1_all_first(d, (32 << 20) // 8)  # the largest L1 table
+    return d
+
+
+def snapshots_all_first(tmp, count, l1_entries=0):
+    """count snapshots, all with the L1 table of the first (made by qemu-img)."""
+    d = base64k(tmp)
+    base = os.path.join(tmp, 'b.qcow2')
+    subprocess.run(['qemu-img', 'snapshot', '-c', 's1', base], check=True)
+    d = bytearray(open(base, 'rb').read())
+    tab = be64(d, 64)
+    l1, l1_size = be64(d, tab), struct.unpack_from('>I', d, tab + 8)[0]
+    if l1_entries:
+        l1_all_first(d, l1_entries)  # the active one; the snapshots share a copy
+        l1, l1_size = grow(d, l1_entries * 8, CS64), l1_entries
+        d[l1:l1 + l1_entries * 8] = d[be64(d, 40):be64(d, 40) + l1_entries * 8]
+    e = snapshot_entry(l1, l1_size)
+    e += b'\0' * ((8 - len(e) % 8) % 8)
+    off = grow(d, (len(e) * count + CS64 - 1) // CS64 * CS64, CS64)
+    d[off:off + len(e) * count] = e * count
+    put32(d, 60, count)
+    put64(d, 64, off)
+    return d
+
+
+def size_snap_alias(tmp):
+    return snapshots_all_first(tmp, 2000)
+
+
+def size_snap_alias_huge(tmp):
+    return snapshots_all_first(tmp, 65536, (32 << 20) // 8)
+
+
+SIZE = {
+    'rb-alias': size_rb_alias,
+    'rb-alias-rc1': size_rb_alias_rc1,
+    'l1-alias': size_l1_alias,
+    'l1-alias-huge': size_l1_alias_huge,
+    'snap-alias': size_snap_alias,
+    'snap-alias-huge': size_snap_alias_huge,
+}
+
 CASES = dict(HEADER, **OVERLAP)
 
 
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == 'list':
-        print('\n'.join({'header': HEADER, 'overlap': OVERLAP}[sys.argv[2]]))
+        print('\n'.join({'header': HEADER, 'overlap': OVERLAP, 'size': SIZE}[sys.argv[2]]))
         return 0
-    if len(sys.argv) != 3 or sys.argv[1] not in CASES:
+    if len(sys.argv) != 3 or (sys.argv[1] not in CASES and sys.argv[1] not in SIZE):
         print(__doc__, file=sys.stderr)
         return 2
     name = sys.argv[1]
+    if name in SIZE:
+        with tempfile.TemporaryDirectory() as tmp:
+            open(sys.argv[2], 'wb').write(SIZE[name](tmp))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, 'base.qcow2')
         d = qemu_image(base, writes=['write -P 0x5a 0 8k'])

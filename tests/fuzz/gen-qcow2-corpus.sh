@@ -77,7 +77,8 @@ io v3-c4k-rc16 'write -P 0xc1 0 12k' 'write -z 64k 8k' 'discard 4k 4k' 'write -P
 finish v3-c4k-rc16
 
 # Every refcount table entry names one refcount block that says every cluster is
-# in use (64-bit refcounts of 1): the next allocation grows the refcount table.
+# in use (64-bit refcounts of 1): check reports each extra name of the block, and a
+# writable open is refused (a refcount update there would change every range).
 img v3-c512-rc64-full 4M refcount_bits=64,cluster_size=512
 io v3-c512-rc64-full 'write -P 0xb3 0 512'
 python3 - "$tmp/v3-c512-rc64-full.qcow2" <<-'EOF'

@@ -1989,6 +1989,56 @@ static void test_overlap_snapshot_bitmap(void **state)
 	free(m.cur);
 }
 
+/* ---- work bounded by the file ---- */
+
+/* 64 refcount blocks that say every cluster is in use (1-bit refcounts: 32
+ * Mi clusters, 2 TiB): the first allocation takes the first cluster past
+ * the end of the file at once instead of scanning all they claim (counted:
+ * refcount slices looked up), and the image stays consistent. */
+static void test_alloc_bounded(void **state)
+{
+	struct qcow2_create_opts o = { .size = 1ull << 30, .cluster_size = 65536,
+				       .refcount_bits = 1 };
+	uint8_t *ones = malloc(65536), buf[4096], got[4096];
+	struct qcow2_check_result r;
+	struct qc_state *s;
+	struct blk_node *bs;
+	uint64_t len, rct, looked;
+	struct stat st;
+	char err[256];
+	int fd;
+
+	(void)state;
+	assert_non_null(ones);
+	assert_int_equal(qcow2_create(path("ab.qcow2"), &o, err, sizeof(err)), 0);
+	fd = open(path("ab.qcow2"), O_RDWR);
+	assert_true(fd >= 0 && fstat(fd, &st) == 0);
+	len = ((uint64_t)st.st_size + 65535) & ~65535ull;
+	rct = file64(fd, 48);
+	memset(ones, 0xff, 65536);
+	for (unsigned i = 0; i < 64; i++) {
+		assert_int_equal(pwrite(fd, ones, 65536, (off_t)(len + i * 65536ull)), 65536);
+		file_put64(fd, rct + 8 * i, len + i * 65536ull);
+	}
+	close(fd);
+	bs = open_ok(path("ab.qcow2"), NULL);
+	s = bs->opaque;
+	looked = s->rbc.hits + s->rbc.misses;
+	memset(buf, 0x3e, sizeof(buf));
+	assert_int_equal(blk_pwrite(bs, 0, buf, sizeof(buf), 0), 0);
+	looked = s->rbc.hits + s->rbc.misses - looked;
+	if (looked > 10000)
+		print_message("%llu refcount lookups\n", (unsigned long long)looked);
+	assert_true(looked <= 10000);
+	assert_int_equal(blk_pread(bs, 0, got, sizeof(got)), 0);
+	assert_memory_equal(got, buf, sizeof(buf));
+	assert_int_equal(blk_flush_sync(bs), 0);
+	assert_int_equal(qcow2_check(bs, 0, &r), 0);
+	assert_int_equal(r.corruptions + r.check_errors, 0);
+	blk_close(bs);
+	free(ones);
+}
+
 /* A file that ends inside its last cluster, an L2 table (readers pad it with
  * zeroes): writes through that table, and a data cluster the file ends
  * inside of, work and leave a clean image. */
@@ -2127,6 +2177,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_overlap_data_write),
 		cmocka_unit_test(test_overlap_metadata_write),
 		cmocka_unit_test(test_overlap_snapshot_bitmap),
+		cmocka_unit_test(test_alloc_bounded),
 		cmocka_unit_test(test_partial_last_cluster),
 		cmocka_unit_test(test_hostile_sizes),
 	};

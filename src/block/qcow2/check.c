@@ -6,9 +6,16 @@
  * a leak. COPIED flags of the active tables must match refcount == 1.
  * A repair that leaves no corruption clears the dirty and corrupt bits.
  *
+ * The work is bounded by the file, whatever the header and tables claim:
+ * refcounts are compared for the clusters of the file only (as QEMU does),
+ * an L2 table is read and walked once however many L1 entries name it (its
+ * references count once per entry), the L1 table of a snapshot is walked
+ * only if no metadata counted before holds its clusters, so the tables
+ * walked are disjoint parts of the file.
+ *
  * Threading: runs in a coroutine with s->meta held, no request in flight.
  * Memory: one 32-bit counter per host cluster of the file, refused past
- * 2^28 clusters. */
+ * 2^28 clusters, and a set entry per distinct L2 table. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +35,10 @@ struct ck {
 	uint64_t prev_host;
 	int flags;
 	bool fix_copied;   /* repair COPIED flags (decided after the refcounts) */
+	bool rb_bad;       /* a refcount block is referenced more than once */
+	/* L2 tables named by the active L1 (act) and by the snapshots' (snap):
+	 * l2 counts the entries naming one, rbf is the first (its L1 index). */
+	struct qc_mset act, snap;
 };
 
 static void ck_error(struct ck *k, bool leak, const char *fmt, ...)
@@ -48,8 +59,25 @@ static void ck_error(struct ck *k, bool leak, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Count one reference to every cluster of [off, off+len). */
-static void ck_ref(struct ck *k, uint64_t off, uint64_t len, const char *what)
+/* Count w references to cluster c. As in QEMU's check, a reference more
+ * than a refcount can hold (refcount_bits) is an overflow, a corruption. */
+static void ck_ref1(struct ck *k, uint64_t c, uint64_t w)
+{
+	uint64_t max = k->s->rc_max < UINT32_MAX ? k->s->rc_max : UINT32_MAX, over;
+
+	if (w <= max - k->refs[c]) {
+		k->refs[c] += (uint32_t)w;
+		return;
+	}
+	over = w - (max - k->refs[c]);
+	k->refs[c] = (uint32_t)max;
+	ck_error(k, false, "cluster %llu: more references than a refcount holds",
+		 (unsigned long long)c);
+	k->r->corruptions += over - 1;
+}
+
+/* Count w references to every cluster of [off, off+len). */
+static void ck_ref_n(struct ck *k, uint64_t off, uint64_t len, uint64_t w, const char *what)
 {
 	uint64_t c, last;
 
@@ -63,12 +91,29 @@ static void ck_ref(struct ck *k, uint64_t off, uint64_t len, const char *what)
 				 (unsigned long long)off);
 			return;
 		}
-		if (k->refs[c] != UINT32_MAX)
-			k->refs[c]++;
+		ck_ref1(k, c, w);
 	}
 }
 
-static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool active)
+static void ck_ref(struct ck *k, uint64_t off, uint64_t len, const char *what)
+{
+	ck_ref_n(k, off, len, 1, what);
+}
+
+/* Does something counted already hold a cluster of [off, off+len)? */
+static bool ck_claimed(const struct ck *k, uint64_t off, uint64_t len)
+{
+	uint64_t c, last = (off + len - 1) >> k->s->cluster_bits;
+
+	for (c = off >> k->s->cluster_bits; len && c <= last && c < k->n; c++)
+		if (k->refs[c])
+			return true;
+	return false;
+}
+
+/* One L2 entry, found through w L1 entries. */
+static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool active,
+			uint64_t w)
 {
 	struct qc_state *s = k->s;
 	uint64_t off, len;
@@ -82,10 +127,10 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 	}
 	if (e & QC_OFLAG_COMPRESSED) {
 		qc_comp_desc(s, e, &off, &len);
-		ck_ref(k, off, len, "compressed cluster");
+		ck_ref_n(k, off, len, w, "compressed cluster");
 		if (active) {
-			k->r->allocated_clusters++;
-			k->r->compressed_clusters++;
+			k->r->allocated_clusters += w;
+			k->r->compressed_clusters += w;
 		}
 		return;
 	}
@@ -96,16 +141,16 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 		     (!s->ext_l2 && (e & QC_OFLAG_ZERO))))
 		return;
 	if (!s->data_external)
-		ck_ref(k, off, s->cluster_size, "data cluster");
+		ck_ref_n(k, off, s->cluster_size, w, "data cluster");
 	if (active) {
-		k->r->allocated_clusters++;
+		k->r->allocated_clusters += w;
 		if (k->prev_host && off != k->prev_host + s->cluster_size)
 			k->r->fragmented_clusters++;
 		k->prev_host = off;
 	}
 }
 
-static int ck_l2(struct ck *k, uint64_t l2off, uint64_t l1i, bool active)
+static int ck_l2(struct ck *k, uint64_t l2off, uint64_t l1i, bool active, uint64_t w)
 {
 	struct qc_state *s = k->s;
 	uint64_t i, n = qc_l2_entries(s);
@@ -120,14 +165,19 @@ static int ck_l2(struct ck *k, uint64_t l2off, uint64_t l1i, bool active)
 		const uint8_t *p = k->buf + i * s->l2_entry_bytes;
 
 		ck_l2_entry(k, (l1i << s->l2_bits) + i, qc_rd64(p), s->ext_l2 ? qc_rd64(p + 8) : 0,
-			    active);
+			    active, w);
 	}
 	return 0;
 }
 
-static int ck_l1(struct ck *k, const uint64_t *l1, uint64_t size, bool active)
+/* The usable L2 tables of an L1 table that w snapshots (or the active image)
+ * have, each reference counted, into m: how many entries name each table
+ * (saturating) and the first that does. */
+static int ck_l1_collect(struct ck *k, const uint64_t *l1, uint64_t size, bool active,
+			 uint64_t w, struct qc_mset *m)
 {
 	struct qc_state *s = k->s;
+	struct qc_mslot *sl;
 	uint64_t i, off;
 	const char *why;
 	char buf[128];
@@ -143,53 +193,140 @@ static int ck_l1(struct ck *k, const uint64_t *l1, uint64_t size, bool active)
 				 (unsigned long long)l1[i], why);
 			continue;
 		}
-		ck_ref(k, off, s->cluster_size, "L2 table");
-		if (off < (k->n << s->cluster_bits))
-			ck_l2(k, off, i, active);
+		ck_ref_n(k, off, s->cluster_size, w, "L2 table");
+		if (off >= (k->n << s->cluster_bits))
+			continue;
+		sl = qc_mset_get(m, off >> s->cluster_bits);
+		if (!sl)
+			return -ENOMEM;
+		if (!sl->l2)
+			sl->rbf = (uint32_t)i;
+		sl->l2 = UINT32_MAX - sl->l2 < w ? UINT32_MAX : sl->l2 + (uint32_t)w;
 	}
 	return 0;
 }
 
-static int ck_snapshots(struct ck *k)
+/* The active L1's L2 tables, in L1 order (for the fragmentation count),
+ * each walked once. */
+static int ck_l1(struct ck *k)
 {
 	struct qc_state *s = k->s;
-	uint64_t *l1, j;
-	uint32_t i;
-	int ret = 0;
+	struct qc_mslot *sl;
+	uint64_t i, off;
+	int ret = ck_l1_collect(k, s->l1, s->l1_size, true, 1, &k->act);
 
-	ck_ref(k, s->snap_offset, s->snap_bytes, "snapshot table");
-	for (i = 0; i < s->nsnaps && !ret; i++) {
-		const struct qc_snapshot *sn = &s->snaps[i];
-		uint8_t *raw = malloc((uint64_t)sn->l1_size * 8 + 1);
-
-		l1 = calloc((uint64_t)sn->l1_size + 1, 8);
-		if (!raw || !l1) {
-			ret = -ENOMEM;
-		} else {
-			ck_ref(k, sn->l1_offset, (uint64_t)sn->l1_size * 8, "snapshot L1 table");
-			ret = qc_co_pread_clamped(s->file, sn->l1_offset, raw, (uint64_t)sn->l1_size * 8);
-			for (j = 0; !ret && j < sn->l1_size; j++)
-				l1[j] = qc_rd64(raw + j * 8);
-			if (!ret)
-				ret = ck_l1(k, l1, sn->l1_size, false);
-		}
-		free(raw);
-		free(l1);
+	for (i = 0; !ret && i < s->l1_size; i++) {
+		off = s->l1[i] & QC_OFFSET_MASK;
+		sl = off ? qc_mset_lookup(&k->act, off >> s->cluster_bits) : NULL;
+		if (sl && sl->rbf == i)
+			ret = ck_l2(k, off, i, true, sl->l2);
 	}
 	return ret;
 }
 
-static void ck_refcount_meta(struct ck *k)
+/* The L1 table that the w snapshots from sn on share (the same offset and
+ * size), unless its clusters are counted already: another table's, which
+ * walking again would cost as much as the file. */
+static int ck_snapshot_l1(struct ck *k, const struct qc_snapshot *sn, uint64_t w)
 {
 	struct qc_state *s = k->s;
+	uint64_t bytes = (uint64_t)sn->l1_size * 8, *l1 = NULL, j;
+	uint8_t *raw = NULL;
+	bool claimed = ck_claimed(k, sn->l1_offset, bytes);
+	int ret;
+
+	ck_ref_n(k, sn->l1_offset, bytes, w, "snapshot L1 table");
+	if (claimed) {
+		ck_error(k, false, "the L1 table of snapshot %.64s at 0x%llx overlaps other "
+			 "metadata", sn->id, (unsigned long long)sn->l1_offset);
+		return 0;
+	}
+	raw = malloc(bytes + 1);
+	l1 = calloc((uint64_t)sn->l1_size + 1, 8);
+	ret = raw && l1 ? 0 : -ENOMEM;
+	if (!ret)
+		ret = qc_co_pread_clamped(s->file, sn->l1_offset, raw, bytes);
+	for (j = 0; !ret && j < sn->l1_size; j++)
+		l1[j] = qc_rd64(raw + j * 8);
+	if (!ret)
+		ret = ck_l1_collect(k, l1, sn->l1_size, false, w, &k->snap);
+	free(raw);
+	free(l1);
+	return ret;
+}
+
+static int ck_snap_cmp(const void *a, const void *b)
+{
+	const struct qc_snapshot *x = *(const struct qc_snapshot *const *)a;
+	const struct qc_snapshot *y = *(const struct qc_snapshot *const *)b;
+
+	if (x->l1_offset != y->l1_offset)
+		return x->l1_offset < y->l1_offset ? -1 : 1;
+	return x->l1_size < y->l1_size ? -1 : x->l1_size > y->l1_size;
+}
+
+/* Every L2 table the snapshots name, walked once; snapshots that share one
+ * L1 table count it as often as QEMU's check does, in one walk. */
+static int ck_snapshots(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	const struct qc_snapshot **v;
+	uint32_t n, m;
 	uint64_t i;
+	int ret = 0;
+
+	ck_ref(k, s->snap_offset, s->snap_bytes, "snapshot table");
+	if (!s->nsnaps)
+		return 0;
+	v = calloc(s->nsnaps, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (n = 0; n < s->nsnaps; n++)
+		v[n] = &s->snaps[n];
+	qsort(v, s->nsnaps, sizeof(*v), ck_snap_cmp);
+	for (n = 0; n < s->nsnaps && !ret; n = m) {
+		for (m = n + 1; m < s->nsnaps && !ck_snap_cmp(&v[n], &v[m]);)
+			m++;
+		ret = ck_snapshot_l1(k, v[n], m - n);
+	}
+	free(v);
+	for (i = 0; !ret && k->snap.v && i <= k->snap.mask; i++) {
+		const struct qc_mslot sl = k->snap.v[i];
+
+		if (sl.key)
+			ret = ck_l2(k, (sl.key - 1) << s->cluster_bits, sl.rbf, false, sl.l2);
+	}
+	return ret;
+}
+
+static void ck_fixed_meta(struct ck *k)
+{
+	struct qc_state *s = k->s;
 
 	ck_ref(k, 0, s->cluster_size, "header");
 	ck_ref(k, s->l1_offset, (uint64_t)s->l1_size * 8, "L1 table");
 	ck_ref(k, s->rct_offset, s->rct_size * 8, "refcount table");
-	for (i = 0; i < s->rct_size; i++)
-		if (s->rct[i])
-			ck_ref(k, s->rct[i], s->cluster_size, "refcount block");
+}
+
+/* Refcount blocks, last (as QEMU counts them): one that anything else
+ * holds too, or that two table entries name, is a corruption that only a
+ * rebuild of the refcount structures repairs. */
+static void ck_refblocks(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	uint64_t i, c;
+
+	for (i = 0; i < s->rct_size; i++) {
+		if (!s->rct[i])
+			continue;
+		ck_ref(k, s->rct[i], s->cluster_size, "refcount block");
+		c = s->rct[i] >> s->cluster_bits;
+		if (c < k->n && k->refs[c] != 1) {
+			k->rb_bad = true;
+			ck_error(k, false, "refcount block %llu at 0x%llx: %u references",
+				 (unsigned long long)i, (unsigned long long)s->rct[i], k->refs[c]);
+		}
+	}
 }
 
 /* Does the refcount block of table entry t overlap a fixed table? What it
@@ -211,33 +348,20 @@ static bool ck_rb_bad(struct ck *k, uint64_t t)
 	return true;
 }
 
-/* Set cluster c's refcount from rc to want (64-bit refcounts: the
- * difference may not fit a delta). */
-static int ck_rc_fix(struct ck *k, uint64_t c, uint64_t rc, uint64_t want)
-{
-	uint64_t d = rc > want ? rc - want : want - rc, step;
-	int ret = 0;
-
-	while (d && !ret) {
-		step = d > INT64_MAX ? INT64_MAX : d;
-		ret = qc_rc_update(k->s, c, rc > want ? -(int64_t)step : (int64_t)step);
-		d -= step;
-	}
-	return ret;
-}
-
-/* Compare and repair; also the COPIED flags of the active L1. */
+/* Compare and repair, for the clusters of the file only, as QEMU: the blocks
+ * may claim refcounts far past its end (a table whose entries all name one
+ * block claims them for entries x block entries clusters). */
 static int ck_compare(struct ck *k)
 {
 	struct qc_state *s = k->s;
 	uint64_t c, rc, max = s->rct_size << s->rb_bits;
 	int ret;
 
+	if (max > k->n)
+		max = k->n;
 	for (c = 0; c < max; c++) {
-		uint64_t want = c < k->n ? k->refs[c] : 0;
+		uint64_t want = k->refs[c];
 
-		if ((c >> s->rb_bits) >= s->rct_size)
-			break;
 		if (!s->rct[c >> s->rb_bits] || ck_rb_bad(k, c >> s->rb_bits)) {
 			c |= (1ull << s->rb_bits) - 1;
 			continue;
@@ -251,12 +375,12 @@ static int ck_compare(struct ck *k)
 		if (rc == want)
 			continue;
 		if (rc > want && (k->flags & QCOW2_FIX_LEAKS)) {
-			if (ck_rc_fix(k, c, rc, want) == 0) {
+			if (qc_rc_set(s, c, rc, want) == 0) {
 				k->r->leaks_fixed++;
 				continue;
 			}
 		} else if (rc < want && (k->flags & QCOW2_FIX_ERRORS)) {
-			if (ck_rc_fix(k, c, rc, want) == 0) {
+			if (qc_rc_set(s, c, rc, want) == 0) {
 				k->r->corruptions_fixed++;
 				continue;
 			}
@@ -292,8 +416,8 @@ static int ck_needs_rebuild(struct ck *k, bool *rebuild)
 	uint64_t c, rc, t;
 	int ret;
 
-	*rebuild = false;
-	for (c = 0; c < k->n; c++) {
+	*rebuild = k->rb_bad;
+	for (c = 0; !*rebuild && c < k->n; c++) {
 		if (!k->refs[c])
 			continue;
 		t = c >> s->rb_bits;
@@ -365,8 +489,9 @@ static void ck_copied_l2(struct ck *k, uint64_t l2off)
 static void ck_copied(struct ck *k)
 {
 	struct qc_state *s = k->s;
+	struct qc_mslot *sl;
 	uint64_t i, off;
-	char buf[128];
+	char buf[160];
 
 	/* -r leaks repairs the flags only when nothing else is wrong (QEMU:
 	 * a wrong refcount must be repaired first). */
@@ -388,7 +513,10 @@ static void ck_copied(struct ck *k)
 			}
 			ck_copied_fix(k, 0, "L1", i);
 		}
-		ck_copied_l2(k, off);
+		/* A table that several entries name is looked at once. */
+		sl = qc_mset_lookup(&k->act, off >> s->cluster_bits);
+		if (sl && sl->rbf == i)
+			ck_copied_l2(k, off);
 	}
 }
 
@@ -429,10 +557,12 @@ static int ck_run(struct ck *k)
 	if (!k->refs || !k->buf)
 		return -ENOMEM;
 	k->r->total_clusters = (s->h.size + s->cluster_size - 1) >> s->cluster_bits;
-	ck_refcount_meta(k);
-	ret = ck_l1(k, s->l1, s->l1_size, true);
+	ck_fixed_meta(k);
+	ret = ck_l1(k);
 	if (!ret)
 		ret = ck_snapshots(k);
+	if (!ret)
+		ck_refblocks(k);
 	if (!ret && k->flags && !(k->flags & QCOW2_FIX_ERRORS)) {
 		bool rebuild;
 
@@ -468,6 +598,8 @@ static int ck_pass(struct qc_state *s, int flags, struct qcow2_check_result *r)
 	ret = ck_run(&k);
 	free(k.refs);
 	free(k.buf);
+	qc_mset_free(&k.act);
+	qc_mset_free(&k.snap);
 	return ret;
 }
 

@@ -52,17 +52,36 @@ static int qc_mset_grow(struct qc_mset *m)
 	return 0;
 }
 
-static int qc_mset_add1(struct qc_mset *m, uint64_t c, unsigned kind)
+struct qc_mslot *qc_mset_lookup(struct qc_mset *m, uint64_t c)
+{
+	struct qc_mslot *sl;
+
+	if (!m->n)
+		return NULL;
+	sl = qc_mset_slot(m, c);
+	return sl->key ? sl : NULL;
+}
+
+struct qc_mslot *qc_mset_get(struct qc_mset *m, uint64_t c)
 {
 	struct qc_mslot *sl;
 
 	if ((m->n + 1) * 2 > m->mask + 1 && qc_mset_grow(m))
-		return -ENOMEM;
+		return NULL;
 	sl = qc_mset_slot(m, c);
 	if (!sl->key) {
 		*sl = (struct qc_mslot){ .key = c + 1 };
 		m->n++;
 	}
+	return sl;
+}
+
+static int qc_mset_add1(struct qc_mset *m, uint64_t c, unsigned kind)
+{
+	struct qc_mslot *sl = qc_mset_get(m, c);
+
+	if (!sl)
+		return -ENOMEM;
 	if (kind == QC_OL_L2)
 		sl->l2++;
 	else if (kind == QC_OL_RB)
@@ -170,10 +189,29 @@ static int qc_snap_ranges(struct qc_state *s)
 	return 0;
 }
 
+/* Two refcount table entries naming one block: every refcount update there
+ * would change the refcount of clusters of both ranges. Only a rebuild of
+ * the refcount structures repairs that; such an image opens read-only (or
+ * for check -r, which reports it). */
+static int qc_rb_aliased(struct qc_state *s, uint64_t i, char *err, size_t errlen)
+{
+	uint64_t j;
+
+	if (s->bs->read_only || s->repair)
+		return 0;
+	for (j = 0; j < i && s->rct[j] != s->rct[i];)
+		j++;
+	snprintf(err, errlen, "qcow2: refcount table entries %llu and %llu both name the refcount "
+		 "block at 0x%llx: the image is corrupt and can only be opened read-only (a "
+		 "rebuild of the refcount structures, qemu-img check -r all, repairs it)",
+		 (unsigned long long)j, (unsigned long long)i, (unsigned long long)s->rct[i]);
+	return -EINVAL;
+}
+
 /* After the L1 table, the refcount table and the snapshots are read. Every
  * nonzero entry counts, usable or not: a data cluster that one of them
  * names is suspect either way. */
-int qc_meta_build(struct qc_state *s)
+int qc_meta_build(struct qc_state *s, char *err, size_t errlen)
 {
 	const uint64_t cs = s->cluster_size;
 	uint64_t i, o;
@@ -195,17 +233,26 @@ int qc_meta_build(struct qc_state *s)
 			ret = qc_mset_add(s, o, cs, QC_OL_L2);
 	}
 	for (i = 0; !ret && i < s->rct_used; i++) {
-		if (s->rct[i])
-			ret = qc_mset_add(s, s->rct[i], cs, QC_OL_RB);
+		if (!s->rct[i])
+			continue;
+		ret = qc_mset_add(s, s->rct[i], cs, QC_OL_RB);
+		if (!ret && (qc_mset_lookup(&s->mset, s->rct[i] >> s->cluster_bits)->rbf &
+			     QC_MSLOT_RB) > 1)
+			ret = qc_rb_aliased(s, i, err, errlen);
 	}
 	return ret;
 }
 
+void qc_mset_free(struct qc_mset *m)
+{
+	free(m->v);
+	memset(m, 0, sizeof(*m));
+}
+
 void qc_meta_free(struct qc_state *s)
 {
-	free(s->mset.v);
+	qc_mset_free(&s->mset);
 	free(s->snap_l1r);
-	memset(&s->mset, 0, sizeof(s->mset));
 	s->snap_l1r = NULL;
 	s->nsnap_l1r = 0;
 }

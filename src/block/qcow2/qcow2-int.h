@@ -290,6 +290,7 @@ struct qc_state {
 	uint64_t fresh_from;      /* host bytes at/after this read as zero and are unused */
 	uint64_t alloc_end;       /* end of the highest cluster with a refcount */
 	uint64_t comp_next;       /* next byte for compressed data (0: none) */
+	bool rc_garbage_seen;     /* a refcount past alloc_end was found (logged once) */
 	bool hdr_dirty_set;       /* dirty bit written to disk */
 	bool metadata_changed;    /* something to flush */
 	struct qc_decref_list dec_new;  /* references dropped in memory, not yet on disk */
@@ -405,7 +406,7 @@ bool qc_meta_overlap(const struct qc_state *s, unsigned which, uint64_t off, uin
 /* Header cluster, L1 table, refcount table, snapshot table, bitmap
  * directory: the same as QC_OL_FIXED without a description. */
 bool qc_overlaps_fixed(const struct qc_state *s, uint64_t off, uint64_t len);
-int qc_meta_build(struct qc_state *s);
+int qc_meta_build(struct qc_state *s, char *err, size_t errlen);
 void qc_meta_free(struct qc_state *s);
 /* The clusters of [off, off+len) hold (no longer hold) metadata of one kind:
  * lock held. Adding may fail (-ENOMEM); the set is then unchanged or holds
@@ -413,6 +414,11 @@ void qc_meta_free(struct qc_state *s);
 int qc_mset_add(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind);
 void qc_mset_del(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind);
 bool qc_snap_l1_hit(const struct qc_state *s, uint64_t off, uint64_t len);
+/* The slot of cluster c, made (zeroed) if missing: valid until the next
+ * call; NULL: out of memory. check.c uses such sets of its own too. */
+struct qc_mslot *qc_mset_get(struct qc_mset *m, uint64_t c);
+struct qc_mslot *qc_mset_lookup(struct qc_mset *m, uint64_t c); /* NULL: absent */
+void qc_mset_free(struct qc_mset *m);
 
 static inline bool qc_ranges_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
 {
@@ -477,6 +483,8 @@ int qc_metadata_writeback(struct qc_state *s, bool data_too);
 /* ---- refcount.c ---- */
 int qc_rc_get(struct qc_state *s, uint64_t cluster, uint64_t *rc);
 int qc_rc_update(struct qc_state *s, uint64_t cluster, int64_t delta);
+/* Set the refcount of cluster from rc (what it is) to want. */
+int qc_rc_set(struct qc_state *s, uint64_t cluster, uint64_t rc, uint64_t want);
 /* Allocate n contiguous clusters; *off host offset; *fresh: known zero. */
 int qc_alloc_clusters(struct qc_state *s, uint64_t n, uint64_t *off, bool *fresh);
 /* Same, up to *n clusters (at least one); *n is set to what was allocated. */

@@ -363,7 +363,7 @@ static int qc_open_co(void *arg)
 	if (!ret)
 		ret = qc_snapshots_read(s, o->err, o->errlen);
 	if (!ret)
-		ret = qc_meta_build(s);
+		ret = qc_meta_build(s, o->err, o->errlen);
 	if (ret && ret != -EINVAL && !o->err[0])
 		snprintf(o->err, o->errlen, "qcow2: cannot read metadata: %s", strerror(-ret));
 	return ret;

@@ -249,6 +249,54 @@ int qc_rc_update(struct qc_state *s, uint64_t c, int64_t delta)
 	return 0;
 }
 
+/* Set cluster c's refcount from rc to want (64-bit refcounts: the
+ * difference may not fit a delta). */
+int qc_rc_set(struct qc_state *s, uint64_t c, uint64_t rc, uint64_t want)
+{
+	uint64_t d = rc > want ? rc - want : want - rc, step;
+	int ret = 0;
+
+	while (d && !ret) {
+		step = d > INT64_MAX ? INT64_MAX : d;
+		ret = qc_rc_update(s, c, rc > want ? -(int64_t)step : (int64_t)step);
+		d -= step;
+	}
+	return ret;
+}
+
+/* Refcounts at or past alloc_end are no one's: every reference an image may
+ * hold is inside the file as opened, and alloc_end follows every refcount
+ * set since. A block that claims such clusters in use (garbage, a leak
+ * past the end after a crash, or a hostile image whose blocks say "all in
+ * use" for terabytes) would make the search for free clusters scan all it
+ * claims; they count as free instead, and get refcount 1 when allocated. */
+static bool qc_rc_nobody(const struct qc_state *s, uint64_t c)
+{
+	return (c << s->cluster_bits) >= s->alloc_end;
+}
+
+/* One reference more for a cluster being allocated. */
+static int qc_rc_claim(struct qc_state *s, uint64_t c)
+{
+	uint64_t rc = 0;
+	int ret = 0;
+
+	if (qc_rc_nobody(s, c))
+		ret = qc_rc_get(s, c, &rc);
+	if (ret || !rc)
+		return ret ? ret : qc_rc_update(s, c, 1);
+	if (!s->rc_garbage_seen)
+		log_warn("qcow2: refcounts claim clusters past the end of the image (cluster %llu: "
+			 "%llu); they are taken as free", (unsigned long long)c,
+			 (unsigned long long)rc);
+	s->rc_garbage_seen = true;
+	ret = qc_rc_set(s, c, rc, 1);
+	/* rc may have been 1 already: the cluster is ours now all the same. */
+	if (!ret && ((c + 1) << s->cluster_bits) > s->alloc_end)
+		s->alloc_end = (c + 1) << s->cluster_bits;
+	return ret;
+}
+
 /* Write the table entries changed since the last time (meta held). */
 int qc_rct_write_dirty(struct qc_state *s)
 {
@@ -431,7 +479,7 @@ static int qc_rct_grow(struct qc_state *s, uint64_t ti)
 		uint64_t t = i >> s->rb_bits;
 
 		if (t < s->rct_size && s->rct[t])
-			ret = qc_rc_update(s, i, 1);
+			ret = qc_rc_claim(s, i);
 	}
 	if (!ret)
 		ret = qc_grow_switch(s, &g);
@@ -522,7 +570,8 @@ static int qc_find_free(struct qc_state *s, uint64_t n, uint64_t *start)
 	int ret;
 
 	for (i = 0; i < n;) {
-		ret = qc_rc_get(s, c + i, &rc);
+		rc = 0;
+		ret = qc_rc_nobody(s, c + i) ? 0 : qc_rc_get(s, c + i, &rc);
 		if (ret)
 			return ret;
 		if (rc) {
@@ -609,7 +658,7 @@ static int qc_alloc_claim(struct qc_state *s, uint64_t n, bool exact, uint64_t *
 				  (unsigned long long)n, what);
 	ret = qc_grow_file(s, s->file, end);
 	for (i = 0; ret == 0 && i < n; i++)
-		ret = qc_rc_update(s, c + i, 1);
+		ret = qc_rc_claim(s, c + i);
 	if (ret)
 		return ret;
 	*off = c << s->cluster_bits;
