@@ -1793,6 +1793,32 @@ static void test_meta_set(void **state)
 }
 
 
+/* L1 entries naming clusters past the end of the file (refused where used)
+ * take no room in the set: it holds at most a slot per cluster of the file
+ * however many entries the tables have. */
+static void test_meta_set_bounded(void **state)
+{
+	struct co_img m = { 0 };
+	struct blk_node *bs;
+	uint8_t b4[4];
+	int fd;
+
+	(void)state;
+	co_make(&m, false);
+	fd = open(path("co.qcow2"), O_RDWR);
+	assert_true(fd >= 0);
+	for (uint64_t i = 1; i < 512; i++)
+		file_put64(fd, m.l1 + 8 * i, (1ull << 40) + i * 4096);
+	put32(b4, 512);
+	assert_int_equal(pwrite(fd, b4, 4, 36), 4); /* l1_size: the whole cluster */
+	close(fd);
+	bs = open_ok(path("co.qcow2"), "read-only=on");
+	assert_true(((struct qc_state *)bs->opaque)->mset.n <= m.len / 4096);
+	blk_close(bs);
+	free(m.bytes);
+	free(m.cur);
+}
+
 /* Data cluster of guest cluster 0 on an L2 table, a refcount block (also
  * as a zero cluster that kept its host cluster, and discarded): reads may
  * return the bytes (QEMU checks writes only), writes, write-zeroes and
@@ -2174,6 +2200,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_corrupt_data_cluster),
 		cmocka_unit_test(test_corrupt_compressed),
 		cmocka_unit_test(test_meta_set),
+		cmocka_unit_test(test_meta_set_bounded),
 		cmocka_unit_test(test_overlap_data_write),
 		cmocka_unit_test(test_overlap_metadata_write),
 		cmocka_unit_test(test_overlap_snapshot_bitmap),

@@ -209,8 +209,10 @@ static int qc_rb_aliased(struct qc_state *s, uint64_t i, char *err, size_t errle
 }
 
 /* After the L1 table, the refcount table and the snapshots are read. Every
- * nonzero entry counts, usable or not: a data cluster that one of them
- * names is suspect either way. */
+ * entry naming a cluster of the file counts, usable or not: a data cluster
+ * that one of them names is suspect either way. Entries past the end (they
+ * are refused where used) stay out, so that the set holds at most one
+ * entry per cluster of the file, whatever the tables claim. */
 int qc_meta_build(struct qc_state *s, char *err, size_t errlen)
 {
 	const uint64_t cs = s->cluster_size;
@@ -229,7 +231,7 @@ int qc_meta_build(struct qc_state *s, char *err, size_t errlen)
 		ret = qc_mset_add(s, s->bmdir_offset, s->bmdir_bytes, QC_OL_BMDIR);
 	for (i = 0; !ret && i < s->l1_size; i++) {
 		o = s->l1[i] & QC_OFFSET_MASK;
-		if (o)
+		if (o && o < qc_align_up(s->file->size, cs))
 			ret = qc_mset_add(s, o, cs, QC_OL_L2);
 	}
 	for (i = 0; !ret && i < s->rct_used; i++) {
