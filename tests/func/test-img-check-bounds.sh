@@ -8,7 +8,8 @@
 # too, reports what it reports (image end offset, corruptions, leaks, check errors,
 # allocated clusters); otherwise the image end offset is the file's end. info, map and
 # convert finish as well; a writable open of an image whose refcount table names one
-# block twice is refused, and check -r leaks on it exits as qemu-img's does.
+# block twice is refused, and check -r leaks on it exits as qemu-img's does. Last, map of
+# empty disks of 2 PiB and 256 TiB.
 . "$(dirname "$0")/img-lib.sh"
 
 CRAFT=$IMG_LIB_DIR/_qcow2craft.py
@@ -66,4 +67,19 @@ for c in "${cases[@]}"; do
 	esac
 	rm -f "$f"
 done
-echo "${#cases[@]} checks bounded by the file"
+
+# Virtual disks with nothing allocated: 2 PiB (its L1 table alone is 32 MiB), and 256 TiB
+# over a raw backing file whose size is no multiple of the cluster size. map costs a step
+# per L2 table it reads, not one per cluster of the disk (the old code: over two minutes
+# for the first), and prints what qemu-img map prints.
+echo "== map of empty 2 PiB and 256 TiB disks"
+qemu-img create -q -f qcow2 big0.qcow2 2P
+img map --output=json big0.qcow2
+expect_line "$OUT" '[{ "start": 0, "length": 2251799813685248, "depth": 0, "present": false, "zero": true, "data": false}]'
+img check big0.qcow2
+pattern_raw base.raw 1000448 5 # a 512-byte multiple: qemu pads raw files to one
+qemu-img create -q -f qcow2 -b base.raw -F raw big1.qcow2 256T
+img map --output=json big1.qcow2
+timeout 300 qemu-img map --output=json big1.qcow2 >m.q
+diff -u m.q "$OUT" || fail "map --output=json big1.qcow2 differs from qemu-img's"
+echo "${#cases[@]} checks bounded by the file, maps bounded by the tables"
