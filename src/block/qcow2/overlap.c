@@ -115,9 +115,9 @@ static void qc_mset_remove(struct qc_mset *m, struct qc_mslot *gap)
 
 static void qc_mset_del1(struct qc_mset *m, uint64_t c, unsigned kind)
 {
-	struct qc_mslot *sl = qc_mset_slot(m, c);
+	struct qc_mslot *sl = qc_mset_lookup(m, c);
 
-	if (!sl->key)
+	if (!sl)
 		return;
 	if (kind == QC_OL_L2 && sl->l2)
 		sl->l2--;
