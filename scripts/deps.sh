@@ -1,12 +1,12 @@
 #!/bin/bash
 # Install the Debian 12 packages ioplane needs, if any are missing.
-#   scripts/deps.sh main   build and run: compiler, meson, liburing, libaio, qemu-img
+#   scripts/deps.sh main   build and run: compiler, meson, liburing, libaio, jansson, qemu-img
 #   scripts/deps.sh test   main plus everything the test suite drives
 # Quiet when nothing is missing; runs apt-get (as root, no prompts) otherwise.
 set -euo pipefail
 
 main_pkgs=(gcc pkg-config meson ninja-build liburing-dev libaio-dev zlib1g-dev libzstd-dev
-	qemu-utils)
+	libjansson-dev qemu-utils)
 test_pkgs=(libcmocka-dev fio valgrind strace python3 nbdkit libnbd-bin clang
 	libclang-rt-14-dev qemu-system-x86 busybox-static cpio xfsprogs)
 

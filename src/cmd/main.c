@@ -6,11 +6,8 @@
 
 #include "block/block.h"
 #include "cmd/cmd.h"
+#include "ioplane-version.h" /* generated from meson.build's project version */
 #include "util/clock.h"
-
-#ifndef IOPLANE_VERSION
-#error "IOPLANE_VERSION comes from meson.build's project version"
-#endif
 
 /* Exit status for a command line we cannot dispatch (like git/getopt users). */
 #define EXIT_USAGE 2
