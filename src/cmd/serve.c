@@ -1,5 +1,6 @@
 /* `ioplane serve`: the daemon. Opens images (--image), starts iothreads,
- * serves exports over NBD (--nbd), and on SIGTERM/SIGINT stops accepting,
+ * serves exports over NBD (--nbd) and QMP monitors (--monitor, in
+ * serve-monitor.c), and on SIGTERM/SIGINT (or QMP quit) stops accepting,
  * lets in-flight requests finish, flushes and closes the images, exits 0.
  * SIGHUP, SIGUSR1, SIGUSR2 and the other signals that would kill it without
  * a flush are logged and otherwise ignored; SIGPIPE is ignored.
@@ -24,6 +25,7 @@
 #include "block/block.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
+#include "cmd/serve-monitor.h"
 #include "cmd/serve-vhost.h"
 #include "export/nbd-server.h"
 #include "loop/iothread.h"
@@ -66,6 +68,7 @@ struct serve {
 	char **image_args, **nbd_args, **vhost_args;
 	unsigned nimages, nnbd, nvhost;
 	struct serve_vhost *vhost; /* --vhost-user-blk exports (serve-vhost.c) */
+	struct monitor_set *monitors; /* --monitor, --chardev (serve-monitor.c) */
 	struct serve_image *images;
 	struct serve_nbd *nbds;
 	struct iothread **threads;
@@ -97,11 +100,13 @@ static void serve_usage(FILE *f)
 		"               [,description=TEXT][,mode=OCTAL]\n"
 		"         --vhost-user-blk unix=PATH,image=ID[,num-queues=N][,writable=on]\n"
 		"               [,logical-block-size=512|4096][,serial=TEXT][,mode=OCTAL]\n"
+		"         --monitor unix=PATH[,mode=OCTAL][,pretty=on]\n"
+		"         --chardev socket,id=ID,path=PATH,server=on[,wait=off] --monitor [chardev=]ID\n"
 		"\n"
-		"Serves disk images over NBD and vhost-user-blk until SIGTERM or SIGINT, then\n"
-		"finishes the requests in flight, flushes, closes the images and exits 0.\n"
-		"SIGHUP, SIGUSR1, SIGUSR2, SIGALRM and SIGPIPE are logged or ignored; they do\n"
-		"not stop the daemon.\n"
+		"Serves disk images over NBD and vhost-user-blk until SIGTERM, SIGINT or QMP\n"
+		"quit, then finishes the requests in flight, flushes, closes the images and\n"
+		"exits 0. SIGHUP, SIGUSR1, SIGUSR2, SIGALRM and SIGPIPE are logged or ignored;\n"
+		"they do not stop the daemon.\n"
 		"\n"
 		"  --image SPEC           open an image (several allowed); ID names it. Without\n"
 		"                         format= the file is probed: raw is served (writes that\n"
@@ -117,6 +122,11 @@ static void serve_usage(FILE *f)
 		"                         cloud-hypervisor) on a unix socket, one front-end at a\n"
 		"                         time; num-queues defaults to the CPU count; read-only\n"
 		"                         unless writable=on (several allowed)\n"
+		"  --monitor SPEC         a QMP monitor (qemu-storage-daemon's commands) on a unix\n"
+		"                         socket, mode 0600 unless mode= says otherwise; several\n"
+		"                         clients at once; fd=N serves a socket passed in instead\n"
+		"  --chardev SPEC         qemu-storage-daemon's form: a socket (path= or fd=) that\n"
+		"                         --monitor chardev=ID serves\n"
 		"  --iothreads N          threads serving connections (default: CPU count)\n"
 		"  --poll-max-ns NS       iothreads busy-poll up to NS before sleeping (adaptive;\n"
 		"                         default 32768, 0 turns polling off)\n"
@@ -172,6 +182,8 @@ static const struct option serve_long_opts[] = {
 	{"image", required_argument, NULL, 'i'},
 	{"nbd", required_argument, NULL, 'n'},
 	{"vhost-user-blk", required_argument, NULL, 'u'},
+	{"monitor", required_argument, NULL, 'Q'},
+	{"chardev", required_argument, NULL, 'C'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"help", no_argument, NULL, 'h'},
@@ -215,6 +227,9 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'u':
 		sv->vhost_args[sv->nvhost++] = (char *)arg;
 		return -1;
+	case 'Q':
+	case 'C':
+		return serve_monitor_opt(&sv->monitors, c == 'C', arg);
 	case 'v':
 		log_set_level(LOG_DEBUG);
 		return -1;
@@ -249,8 +264,9 @@ static int serve_parse(struct serve *sv, int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
-	if (!sv->nnbd && !sv->nvhost)
-		return usage_error("%s", "nothing to serve: give at least one --nbd or --vhost-user-blk");
+	if (!sv->nnbd && !sv->nvhost && !serve_monitor_count(sv->monitors))
+		return usage_error("%s", "nothing to serve: give at least one --nbd, --vhost-user-blk "
+					 "or --monitor");
 	if (!sv->niothreads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -725,10 +741,15 @@ static void begin_shutdown(struct serve *sv, int sig)
 	}
 	sv->stopping = true;
 	log_info("%s: shutting down", strsignal(sig));
+	serve_monitor_shutdown(sv->monitors, sig);
 	for (i = 0; i < sv->nservers; i++)
 		nbd_server_stop_listening(sv->servers[i]);
 	sv->draining = sv->nservers;
 	sv->draining += serve_vhost_stop(sv->vhost, server_drained, sv);
+	if (!sv->draining) {
+		loop_stop(sv->main_loop); /* nothing to drain: monitors only */
+		return;
+	}
 	sv->drain_timer.cb = drain_timeout;
 	loop_timer_arm(sv->main_loop, &sv->drain_timer, loop_now_ns() + DRAIN_TIMEOUT_NS);
 	for (i = 0; i < sv->nservers; i++)
@@ -797,6 +818,8 @@ static int setup_signals(struct serve *sv, const sigset_t *set)
 static void serve_teardown(struct serve *sv, int *status)
 {
 	sv->tearing_down = true;
+	serve_monitor_free(sv->monitors);
+	sv->monitors = NULL;
 	/* Iothreads first: every message they were sent has run once joined. */
 	stop_iothreads(sv);
 	serve_vhost_free(sv->vhost);
@@ -845,6 +868,8 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 					   sv->main_loop, sv->loops, sv->nthreads, &sv->vhost);
 	if (status < 0)
 		status = setup_signals(sv, set);
+	if (status < 0)
+		status = serve_monitor_start(sv->monitors, sv->main_loop);
 	if (status < 0 && sv->pidfile && pidfile_write(&sv->pf, sv->err, sizeof(sv->err)) < 0) {
 		log_err("%s", sv->err);
 		status = 1;
@@ -881,6 +906,7 @@ int cmd_serve(int argc, char **argv)
 	free(sv->image_args);
 	free(sv->nbd_args);
 	free(sv->vhost_args);
+	serve_monitor_free(sv->monitors);
 	free(sv);
 	return status;
 }
