@@ -7,6 +7,7 @@
 
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_qmp(int argc, char **argv); /* qmp.c: a QMP client */
 
 /* `ioplane img <cmd>` (img-*.c). */
 int cmd_img_create(int argc, char **argv);

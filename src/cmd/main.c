@@ -36,7 +36,8 @@ static int main_img(int argc, char **argv);
 /* Top level: `ioplane <cmd>` (serve joins here). */
 static const struct cmd top_cmds[] = {
 	{ "bench", cmd_bench, "run a block-layer benchmark (qemu-img bench options)" },
-	{ "serve", cmd_serve, "serve images over NBD (the daemon)" },
+	{ "serve", cmd_serve, "serve images over NBD and vhost-user-blk (the daemon)" },
+	{ "qmp", cmd_qmp, "send one QMP command to a monitor and print the reply" },
 	{ "img", main_img, "image tool: ioplane img <command> ..." },
 	{ NULL, NULL, NULL },
 };
