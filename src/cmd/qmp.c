@@ -310,6 +310,10 @@ int cmd_qmp(int argc, char **argv)
 	status = qmp_parse(c, argc, argv);
 	if (status >= 0)
 		goto out;
+	if (!qjson_utf8_valid(argv[optind + 1], strlen(argv[optind + 1]))) {
+		status = usage_error("the command name is not valid UTF-8", NULL);
+		goto out;
+	}
 	status = 1;
 	if (qmpc_connect(c, argv[optind]) < 0 || qmpc_handshake(c) < 0)
 		goto out;

@@ -265,3 +265,76 @@ json_t *qjson_parse(const char *buf, size_t len, char *err, size_t errlen)
 		snprintf(err, errlen, "JSON parse error, %s", parse_reason(&e));
 	return NULL;
 }
+
+/* Length of the valid UTF-8 sequence at s[0..len), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t len)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t n, i;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (s[0] == 0xe0)
+		lo = 0xa0; /* overlong */
+	else if (s[0] == 0xed)
+		hi = 0x9f; /* surrogates */
+	else if (s[0] == 0xf0)
+		lo = 0x90; /* overlong */
+	else if (s[0] == 0xf4)
+		hi = 0x8f; /* beyond U+10FFFF */
+	if (len < n || s[1] < lo || s[1] > hi)
+		return 0;
+	for (i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+bool qjson_utf8_valid(const char *s, size_t len)
+{
+	size_t i = 0, n;
+
+	while (i < len) {
+		n = utf8_seq((const unsigned char *)s + i, len - i);
+		if (!n)
+			return false;
+		i += n;
+	}
+	return true;
+}
+
+json_t *qjson_string_lossy(const char *s)
+{
+	size_t len = strlen(s), i = 0, o = 0, n;
+	char *buf;
+	json_t *v;
+
+	if (qjson_utf8_valid(s, len))
+		return json_stringn(s, len);
+	buf = malloc(3 * len + 1); /* a bad byte becomes 3 */
+	if (!buf)
+		return NULL;
+	while (i < len) {
+		n = utf8_seq((const unsigned char *)s + i, len - i);
+		if (n) {
+			memcpy(buf + o, s + i, n);
+			o += n;
+			i += n;
+		} else {
+			memcpy(buf + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	v = json_stringn(buf, o);
+	free(buf);
+	return v;
+}

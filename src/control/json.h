@@ -8,6 +8,7 @@
 #define IOPLANE_CONTROL_JSON_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,5 +48,12 @@ enum json_split_result json_split_feed(struct json_split *s, const uint8_t *data
  * and err gets "JSON parse error, REASON" (or, for text after the value,
  * "Expecting at most one JSON value", as QEMU's command line says). */
 json_t *qjson_parse(const char *buf, size_t len, char *err, size_t errlen);
+
+/* UTF-8 (RFC 3629: no overlong forms, no surrogates), which jansson demands of
+ * every string. */
+bool qjson_utf8_valid(const char *s, size_t len);
+/* A JSON string of s with each invalid UTF-8 sequence replaced by U+FFFD: for
+ * messages that quote input, or that a size limit cut in mid-character. */
+json_t *qjson_string_lossy(const char *s);
 
 #endif

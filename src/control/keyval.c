@@ -123,8 +123,22 @@ static json_t *kv_walk(json_t *root, const char *key, size_t klen, char *leaf, c
 	}
 }
 
+/* val as a JSON string; NULL with the message when it is not UTF-8. */
+static json_t *kv_string(const char *val, size_t n, const char *key, size_t klen, char *err,
+			 size_t errlen)
+{
+	json_t *v = NULL;
+
+	if (!qjson_utf8_valid(val, n))
+		snprintf(err, errlen, "Parameter '%.*s' is not valid UTF-8", (int)klen, key);
+	else if (!(v = json_stringn(val, n)))
+		snprintf(err, errlen, "out of memory");
+	return v;
+}
+
 /* The value at s up to a single ','; ",," is a comma. *next: after it. */
-static json_t *kv_value(const char *s, const char **next)
+static json_t *kv_value(const char *s, const char **next, const char *key, size_t klen,
+			char *err, size_t errlen)
 {
 	size_t n = 0, i;
 	char *buf;
@@ -134,13 +148,15 @@ static json_t *kv_value(const char *s, const char **next)
 		if (s[i] == ',')
 			i++;
 	buf = malloc(n + 1);
-	if (!buf)
+	if (!buf) {
+		snprintf(err, errlen, "out of memory");
 		return NULL;
+	}
 	for (i = 0, n = 0; s[i] && (s[i] != ',' || s[i + 1] == ','); i++)
 		buf[n++] = s[i] == ',' ? s[i++] : s[i];
 	buf[n] = '\0';
 	*next = s[i] == ',' ? s + i + 1 : s + i;
-	v = json_string(buf);
+	v = kv_string(buf, n, key, klen, err, errlen);
 	free(buf);
 	return v;
 }
@@ -154,7 +170,7 @@ static bool is_help(const char *s, size_t len)
 static const char *kv_parse_one(json_t *root, const char *s, const char *implied_key,
 				bool *help, char *err, size_t errlen)
 {
-	size_t len = strcspn(s, "=,");
+	size_t len = strcspn(s, "=,"), klen = len;
 	const char *key = s, *next;
 	char leaf[KEY_FRAGMENT_MAX + 1];
 	json_t *cur, *val;
@@ -168,25 +184,20 @@ static const char *kv_parse_one(json_t *root, const char *s, const char *implied
 		return s[len] == ',' ? s + len + 1 : s + len;
 	}
 	if (len && s[len] != '=' && implied_key) {
-		cur = kv_walk(root, implied_key, strlen(implied_key), leaf, err, errlen);
-		val = json_stringn(s, len);
+		key = implied_key;
+		klen = strlen(implied_key);
+		cur = kv_walk(root, key, klen, leaf, err, errlen);
+		val = cur ? kv_string(s, len, key, klen, err, errlen) : NULL;
 		next = s[len] == ',' ? s + len + 1 : s + len;
 	} else {
-		cur = kv_walk(root, key, len, leaf, err, errlen);
+		cur = kv_walk(root, key, klen, leaf, err, errlen);
 		if (cur && key[len] != '=') {
 			snprintf(err, errlen, "Expected '=' after parameter '%.*s'", (int)len, key);
 			return NULL;
 		}
-		val = cur ? kv_value(key + len + 1, &next) : NULL;
+		val = cur ? kv_value(key + len + 1, &next, key, klen, err, errlen) : NULL;
 	}
-	if (!cur)
-		return NULL;
-	if (!val) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
-	}
-	if (!kv_put(cur, leaf, val, implied_key && key[len] != '=' ? implied_key : key,
-		    implied_key && key[len] != '=' ? strlen(implied_key) : len, err, errlen))
+	if (!val || !kv_put(cur, leaf, val, key, klen, err, errlen))
 		return NULL;
 	return next;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "control/json.h"
 #include "control/monitor-opts.h"
 #include "control/monitor.h"
 #include "control/schema.h"
@@ -74,6 +75,17 @@ static bool in_list(const char *const *list, const char *s, size_t n)
 	return false;
 }
 
+/* o[key] = val[0..n); -EINVAL when it is not text. */
+static int qemuopts_set(json_t *o, const char *key, const char *val, size_t n, char *err,
+			size_t errlen)
+{
+	if (!qjson_utf8_valid(val, n)) {
+		snprintf(err, errlen, "Parameter '%s' is not valid UTF-8", key);
+		return -EINVAL;
+	}
+	return json_object_set_new(o, key, json_stringn(val, n));
+}
+
 /* One "key=value" or "key" at s[0..n) (",," already a comma). */
 static int qemuopts_put(json_t *o, const char *s, size_t n, const char *arg, char *err,
 			size_t errlen)
@@ -98,7 +110,7 @@ static int qemuopts_put(json_t *o, const char *s, size_t n, const char *arg, cha
 			 arg, (int)n, s, (int)klen, k, no ? "off" : "on");
 	snprintf(key, sizeof(key), "%.*s", (int)klen, k);
 	if (eq)
-		return json_object_set_new(o, key, json_stringn(eq + 1, n - klen - 1));
+		return qemuopts_set(o, key, eq + 1, n - klen - 1, err, errlen);
 	return json_object_set_new(o, key, json_string(no ? "off" : "on"));
 }
 
@@ -119,7 +131,7 @@ static json_t *qemuopts_parse(const char *arg, char *err, size_t errlen)
 		if (*s)
 			s++;
 		if (first && n && !memchr(buf, '=', n))
-			ret = json_object_set_new(o, "backend", json_stringn(buf, n));
+			ret = qemuopts_set(o, "backend", buf, n, err, errlen);
 		else if (n)
 			ret = qemuopts_put(o, buf, n, arg, err, errlen);
 		first = false;

@@ -135,9 +135,16 @@ static void conn_send(struct qmp_conn *s, json_t *msg)
 	s->ops->output(s);
 }
 
+/* {"error": {"class": cls, "desc": desc}}; desc may quote a client's input,
+ * cut at a size limit: never refused for being cut in mid-character. */
+static json_t *error_msg(const char *cls, const char *desc)
+{
+	return json_pack("{s:{s:s,s:o}}", "error", "class", cls, "desc", qjson_string_lossy(desc));
+}
+
 static void send_error(struct qmp_conn *s, json_t *id, const char *cls, const char *desc)
 {
-	json_t *msg = json_pack("{s:{s:s,s:s}}", "error", "class", cls, "desc", desc);
+	json_t *msg = error_msg(cls, desc);
 
 	if (msg && id)
 		json_object_set(msg, "id", id);
@@ -191,7 +198,7 @@ void qmp_error(struct qmp_req *req, const char *cls, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(desc, sizeof(desc), fmt, ap);
 	va_end(ap);
-	req_finish(req, json_pack("{s:{s:s,s:s}}", "error", "class", cls, "desc", desc));
+	req_finish(req, error_msg(cls, desc));
 }
 
 struct qmp_conn *qmp_req_conn(const struct qmp_req *req)

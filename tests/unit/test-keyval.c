@@ -131,6 +131,18 @@ static void test_errors(void **state)
 		expect_err(cases[i].in, NULL, cases[i].msg);
 }
 
+/* Values are text: bytes that are not UTF-8 get an error of their own, and a
+ * bad implied key (a caller's bug) an error too, nothing leaked. */
+static void test_bad_text(void **state)
+{
+	(void)state;
+	expect_err("file,filename=a\xff" "b", "driver", "Parameter 'filename' is not valid UTF-8");
+	expect_err("\xc3,x=1", "driver", "Parameter 'driver' is not valid UTF-8");
+	expect_err("a.b=\xed\xa0\x80", NULL, "Parameter 'a.b' is not valid UTF-8");
+	expect_ok("a=\xc3\xa9", NULL, "{\"a\":\"\xc3\xa9\"}");
+	expect_err("x", "1bad", "Invalid parameter '1bad'");
+}
+
 static void test_lengths(void **state)
 {
 	char key[200], in[400], msg[400];
@@ -218,7 +230,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_values),	cmocka_unit_test(test_nesting),
 		cmocka_unit_test(test_implied), cmocka_unit_test(test_errors),
-		cmocka_unit_test(test_lengths), cmocka_unit_test(test_deep),
+		cmocka_unit_test(test_bad_text), cmocka_unit_test(test_lengths),
+		cmocka_unit_test(test_deep),
 		cmocka_unit_test(test_help),	cmocka_unit_test(test_json_form),
 	};
 

@@ -47,6 +47,8 @@ static void test_chardev_opts(void **state)
 		{ "socket,id=m,path=/x", "chardev 'm': ioplane listens (server=on); it does not "
 					 "connect to a socket" },
 		{ "socket,id=m,server=on", "chardev 'm': socket needs one of path= and fd=" },
+		{ "socket,id=m,path=/x\xff,server=on", "Parameter 'path' is not valid UTF-8" },
+		{ "sock\xc3,id=m", "Parameter 'backend' is not valid UTF-8" },
 	};
 	struct monitor_set *ms = monitor_set_new();
 	char err[256];

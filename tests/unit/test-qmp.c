@@ -196,6 +196,35 @@ static void test_bad_requests(void **state)
 	fake_free(f);
 }
 
+/* Error texts quote the client's input and are cut at a size: cut in the middle
+ * of a UTF-8 sequence they must still be sent (jansson refuses such strings). */
+static void test_utf8_cut(void **state)
+{
+	struct fake *f = fake_new();
+	char in[4096], *p;
+	const char *out;
+	int i;
+
+	(void)state;
+	talk(f, "{\"execute\":\"qmp_capabilities\"}");
+	p = in + snprintf(in, sizeof(in), "{\"execute\":\"a");
+	for (i = 0; i < 300; i++)
+		p += snprintf(p, 3, "\xc3\xa9");
+	snprintf(p, 3, "\"}");
+	out = talk(f, in);
+	assert_ptr_equal(strstr(out, "{\"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The "
+				     "command a\\u00E9"), out);
+	p = in + snprintf(in, sizeof(in), "{\"execute\":\"qmp_capabilities\",\"arguments\":"
+					  "{\"enable\":[\"");
+	for (i = 0; i < 1000; i++)
+		p += snprintf(p, 3, "\xc3\xa9");
+	snprintf(p, 5, "\"]}}");
+	out = talk(f, in);
+	assert_ptr_equal(strstr(out, "{\"error\": {\"class\": \"GenericError\", \"desc\": \"Parameter "
+				     "'null' does not accept value '\\u00E9"), out);
+	fake_free(f);
+}
+
 static void test_async_order(void **state)
 {
 	const char *in = "{\"execute\":\"x-test-async\",\"id\":1}{\"execute\":\"x-test-echo\","
@@ -329,6 +358,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_greeting_and_negotiation, setup),
 		cmocka_unit_test_setup(test_bad_requests, setup),
+		cmocka_unit_test_setup(test_utf8_cut, setup),
 		cmocka_unit_test_setup(test_async_order, setup),
 		cmocka_unit_test_setup(test_events, setup),
 		cmocka_unit_test_setup(test_output_bound, setup),
