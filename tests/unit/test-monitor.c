@@ -28,11 +28,29 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+struct opt_case {
+	const char *arg, *msg;
+};
+
+/* Every case is refused by add with its message. */
+static void expect_refused(struct monitor_set *ms,
+			   int (*add)(struct monitor_set *, const char *, char *, size_t),
+			   const struct opt_case *cases, size_t n)
+{
+	char err[256];
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		err[0] = '\0';
+		assert_int_equal(add(ms, cases[i].arg, err, sizeof(err)), -EINVAL);
+		if (strcmp(err, cases[i].msg))
+			fail_msg("%s: got '%s', want '%s'", cases[i].arg, err, cases[i].msg);
+	}
+}
+
 static void test_chardev_opts(void **state)
 {
-	static const struct {
-		const char *arg, *msg;
-	} cases[] = {
+	static const struct opt_case cases[] = {
 		{ "socket,path=/x,server=on,wait=off", "chardev: no id specified" },
 		{ "bogus,id=m", "'bogus' is not a valid char driver name" },
 		{ "socket,id=m,path=/x,server=on,wait=off,foo=bar", "Invalid parameter 'foo'" },
@@ -52,15 +70,9 @@ static void test_chardev_opts(void **state)
 	};
 	struct monitor_set *ms = monitor_set_new();
 	char err[256];
-	size_t i;
 
 	(void)state;
-	for (i = 0; i < ARRAY_SIZE(cases); i++) {
-		err[0] = '\0';
-		assert_int_equal(monitor_set_add_chardev(ms, cases[i].arg, err, sizeof(err)), -EINVAL);
-		if (strcmp(err, cases[i].msg))
-			fail_msg("%s: got '%s', want '%s'", cases[i].arg, err, cases[i].msg);
-	}
+	expect_refused(ms, monitor_set_add_chardev, cases, ARRAY_SIZE(cases));
 	/* QemuOpts' short forms still work (with a warning), and the last value wins. */
 	assert_int_equal(monitor_set_add_chardev(ms, "socket,id=m,path=/x,server,nowait,wait=on",
 						 err, sizeof(err)), 0);
@@ -71,9 +83,7 @@ static void test_chardev_opts(void **state)
 
 static void test_monitor_opts(void **state)
 {
-	static const struct {
-		const char *arg, *msg;
-	} cases[] = {
+	static const struct opt_case cases[] = {
 		{ "m,mode=readline", "Only QMP is supported" },
 		{ "m,mode=bogus", "Parameter 'mode' does not accept value 'bogus'" },
 		{ "m,bogus=1", "Parameter 'bogus' is unexpected" },
@@ -90,15 +100,9 @@ static void test_monitor_opts(void **state)
 	};
 	struct monitor_set *ms = monitor_set_new();
 	char err[256];
-	size_t i;
 
 	(void)state;
-	for (i = 0; i < ARRAY_SIZE(cases); i++) {
-		err[0] = '\0';
-		assert_int_equal(monitor_set_add_monitor(ms, cases[i].arg, err, sizeof(err)), -EINVAL);
-		if (strcmp(err, cases[i].msg))
-			fail_msg("%s: got '%s', want '%s'", cases[i].arg, err, cases[i].msg);
-	}
+	expect_refused(ms, monitor_set_add_monitor, cases, ARRAY_SIZE(cases));
 	assert_int_equal(monitor_set_count(ms), 0);
 	assert_int_equal(monitor_set_add_monitor(ms, "m,mode=control,pretty=on", err, sizeof(err)), 0);
 	assert_int_equal(monitor_set_add_monitor(ms, "{\"chardev\":\"n\"}", err, sizeof(err)), 0);
