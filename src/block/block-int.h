@@ -8,10 +8,7 @@
 
 #include "block/block.h"
 #include "util/clock.h"
-
-#define likely(x)			__builtin_expect(!!(x), 1)
-#define unlikely(x)			__builtin_expect(!!(x), 0)
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#include "util/compiler.h"
 
 /* req->core bits. All zero for a request on the fast path. */
 #define BLK_CORE_INTERNAL (1u << 0) /* core child request: completion goes straight to cb */

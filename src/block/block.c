@@ -58,7 +58,7 @@ void blk_register_builtin_drivers(void)
 	done = true;
 	clock_init();
 	blk_ns_mult = (uint64_t)(clock_ns_per_tick * 4294967296.0);
-	for (i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++)
+	for (i = 0; i < ARRAY_SIZE(builtin); i++)
 		blk_register_driver(builtin[i]);
 }
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "block/file.h"
+#include "util/compiler.h"
 #include "util/log.h"
 
 #define FILE_AIO_REAP	  16 /* events copied out of the ring at a time */
@@ -57,9 +58,6 @@ struct file_aio_req {
 };
 
 _Static_assert(sizeof(struct file_aio_req) <= BLK_DRV_CTX_SIZE, "file_aio_req too big");
-
-#define file_aio_th(ptr, member)                                                                   \
-	((struct file_aio_thread *)((char *)(ptr)-offsetof(struct file_aio_thread, member)))
 
 int file_aio_check(char *err, size_t errlen)
 {
@@ -173,12 +171,12 @@ static void file_aio_kick(struct file_aio_thread *th)
 
 static void file_aio_flush_cb(struct loop_flush *f)
 {
-	file_aio_kick(file_aio_th(f, flush));
+	file_aio_kick(container_of(f, struct file_aio_thread, flush));
 }
 
 static void file_aio_retry_cb(struct loop_timer *t)
 {
-	file_aio_kick(file_aio_th(t, retry));
+	file_aio_kick(container_of(t, struct file_aio_thread, retry));
 }
 
 /* Copy events out of the ring first and publish the new head, so that a
@@ -247,14 +245,14 @@ static bool file_aio_reap(struct file_aio_thread *th)
 
 static bool file_aio_poll_cb(struct loop_poll *p)
 {
-	struct file_aio_thread *th = file_aio_th(p, poll);
+	struct file_aio_thread *th = container_of(p, struct file_aio_thread, poll);
 
 	return th->in_kernel > 0 && file_aio_reap(th);
 }
 
 static void file_aio_fd_cb(struct loop_fd *h, uint32_t revents)
 {
-	struct file_aio_thread *th = file_aio_th(h, fdh);
+	struct file_aio_thread *th = container_of(h, struct file_aio_thread, fdh);
 	uint64_t cnt;
 
 	(void)revents;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "block/file.h"
+#include "util/compiler.h"
 #include "util/log.h"
 
 struct file_uring_thread {
@@ -46,7 +47,7 @@ int file_uring_check(char *err, size_t errlen)
 			 "use aio=native or aio=threads");
 		return -ENOTSUP;
 	}
-	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+	for (size_t i = 0; i < ARRAY_SIZE(ops); i++) {
 		if (!io_uring_opcode_supported(probe, ops[i])) {
 			snprintf(err, errlen,
 				 "file: this kernel's io_uring lacks opcode %d; "
@@ -77,8 +78,7 @@ static void file_uring_close_batch(struct file_uring_thread *th)
 
 static void file_uring_flush_cb(struct loop_flush *f)
 {
-	file_uring_close_batch(
-		(struct file_uring_thread *)((char *)f - offsetof(struct file_uring_thread, flush)));
+	file_uring_close_batch(container_of(f, struct file_uring_thread, flush));
 }
 
 static void *file_uring_ctor(struct blk_node *bs, struct loop *loop)

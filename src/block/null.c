@@ -15,6 +15,7 @@
 #include "block/block.h"
 #include "loop/thread-pool.h"
 #include "util/clock.h"
+#include "util/compiler.h"
 #include "util/iov.h"
 #include "util/opts.h"
 
@@ -149,7 +150,7 @@ static int null_submit(struct blk_node *bs, struct blk_request *req)
 {
 	const struct null_state *s = bs->opaque;
 
-	if (__builtin_expect(s->threads || s->latency_ns, 0))
+	if (unlikely(s->threads || s->latency_ns))
 		return null_submit_slow(s, req);
 	if (s->read_zeroes || req->op == BLK_OP_BLOCK_STATUS)
 		null_execute(req, s->read_zeroes);

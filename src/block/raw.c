@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "block/block.h"
+#include "util/compiler.h"
 #include "util/iov.h"
 #include "util/opts.h"
 
@@ -116,7 +117,7 @@ static int raw_submit(struct blk_node *bs, struct blk_request *req)
 {
 	const struct raw_state *s = bs->opaque;
 
-	if (__builtin_expect(s->probed, 0) && req->op == BLK_OP_WRITE &&
+	if (unlikely(s->probed) && req->op == BLK_OP_WRITE &&
 	    req->offset < RAW_PROBE_BYTES) {
 		int ret = raw_check_sector0(req);
 

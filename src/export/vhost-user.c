@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "export/vhost-user-int.h"
+#include "util/compiler.h"
 #include "util/log.h"
 
 #define VU_MSGS_PER_ROUND 64
@@ -742,7 +743,7 @@ static void vu_drop(struct vu_dev *d, int err)
 
 static void vu_read_cb(struct loop_fd *h, uint32_t revents)
 {
-	struct vu_dev *d = (struct vu_dev *)((char *)h - offsetof(struct vu_dev, h));
+	struct vu_dev *d = container_of(h, struct vu_dev, h);
 	unsigned n;
 	int ret;
 

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/compiler.h"
 #include "util/log.h"
 
 #define LOG_LINE_MAX 1024
@@ -45,7 +46,7 @@ static int log_level_from_env(bool *bad)
 	*bad = false;
 	if (!s || !*s)
 		return LOG_INFO;
-	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+	for (i = 0; i < ARRAY_SIZE(names); i++)
 		if (!strcasecmp(s, names[i].name))
 			return names[i].level;
 	*bad = true;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "util/compiler.h"
 #include "util/opts.h"
 
 static struct kv *kv_find(const struct kv_opts *o, const char *key)
@@ -362,7 +363,7 @@ int parse_bool(const char *s, bool *out)
 
 	if (!s)
 		return -EINVAL;
-	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+	for (i = 0; i < ARRAY_SIZE(yes); i++) {
 		if (!strcasecmp(s, yes[i])) {
 			*out = true;
 			return 0;

@@ -10,9 +10,8 @@
 
 #include <cmocka.h>
 
+#include "util/compiler.h"
 #include "util/iov.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Entry sizes: empty ones at the start, middle and end. */
 static const size_t sizes[] = { 0, 3, 1, 0, 7, 16, 0, 5, 0 };

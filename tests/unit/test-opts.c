@@ -9,9 +9,8 @@
 
 #include <cmocka.h>
 
+#include "util/compiler.h"
 #include "util/opts.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static void test_parse_basic(void **state)
 {

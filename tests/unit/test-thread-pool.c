@@ -19,8 +19,7 @@
 #include "loop/iothread.h"
 #include "loop/loop.h"
 #include "loop/thread-pool.h"
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+#include "util/compiler.h"
 
 #define TEST_MAX_WORKERS 4
 #define TEST_TIMEOUT_NS	 (20ull * 1000 * 1000 * 1000)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "block/qcow2/qcow2-int.h"
+#include "util/compiler.h"
 #include "util/iov.h"
 #include "util/opts.h"
 
@@ -62,7 +63,7 @@ static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *p
 		ret = kv_set(&o, "format", fmt);
 	if (!ret)
 		ret = kv_set(&o, "read-only", rw ? "off" : "on");
-	for (size_t i = 0; !ret && i < sizeof(qc_inherited) / sizeof(qc_inherited[0]); i++) {
+	for (size_t i = 0; !ret && i < ARRAY_SIZE(qc_inherited); i++) {
 		const char *v = kv_get(opts, qc_inherited[i]);
 
 		if (v)

@@ -11,8 +11,7 @@
 
 #include "block/qcow2/qcow2-int.h"
 #include "loop/thread-pool.h"
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#include "util/compiler.h"
 
 static void qc_waiter_msg(struct loop_msg *m)
 {

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "block/qcow2/qcow2-int.h"
+#include "util/compiler.h"
 #include "util/log.h"
 
 /* ---- the set of metadata clusters ---- */
@@ -325,7 +326,7 @@ static bool hdr_ol_tables(const struct qc_state *s, unsigned which, uint64_t off
 	};
 	unsigned i;
 
-	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+	for (i = 0; i < ARRAY_SIZE(t); i++) {
 		if ((which & t[i].kind) && qc_ranges_overlap(off, len, t[i].at, t[i].len)) {
 			snprintf(buf, buflen, "%s at 0x%llx", t[i].what, (unsigned long long)t[i].at);
 			return true;
