@@ -20,25 +20,9 @@
 #include "util/compiler.h"
 #include "util/iov.h"
 #include "util/opts.h"
+#include "util/path.h"
 
 static __thread unsigned qc_chain_depth;
-
-char *qc_path_relative(const char *image, const char *name)
-{
-	const char *slash = image ? strrchr(image, '/') : NULL;
-	size_t dl;
-	char *p;
-
-	if (name[0] == '/' || !slash)
-		return strdup(name);
-	dl = (size_t)(slash - image) + 1;
-	p = malloc(dl + strlen(name) + 1);
-	if (p) {
-		memcpy(p, image, dl);
-		memcpy(p + dl, name, strlen(name) + 1);
-	}
-	return p;
-}
 
 /* Options of the image that its backing and data files take too. */
 static const char *const qc_inherited[] = { "cache", "aio", "aio-max-batch", "locking",
@@ -51,7 +35,7 @@ static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *p
 			 bool relative)
 {
 	struct kv_opts o = { 0 };
-	char *full = relative ? qc_path_relative(s->image_path, path) : strdup(path);
+	char *full = relative ? path_relative(s->image_path, path) : strdup(path);
 	int ret;
 
 	if (!full)

@@ -16,6 +16,7 @@
 
 #include "block/qcow2/qcow2-int.h"
 #include "util/opts.h"
+#include "util/path.h"
 
 #define CR_HDR_LEN 112
 
@@ -73,7 +74,7 @@ static int cr_check(const struct qcow2_create_opts *o, char *err, size_t n)
 static int cr_backing_size(const char *image, const struct qcow2_create_opts *o, uint64_t *size,
 			   char *err, size_t n)
 {
-	char *p = qc_path_relative(image, o->backing_file), sub[256] = "";
+	char *p = path_relative(image, o->backing_file), sub[256] = "";
 	struct blk_node *bs = NULL;
 	int ret;
 

@@ -574,7 +574,6 @@ void qc_backing_close(struct qc_state *s);
 /* Read guest range of the backing file into iov (zeroes past its end). */
 int qc_backing_read(struct qc_state *s, uint64_t off, uint64_t len, const struct iovec *iov,
 		    int iovcnt, size_t iov_off);
-char *qc_path_relative(const char *image, const char *name);
 
 /* ---- snapshot.c ---- */
 int qc_snapshots_read(struct qc_state *s, char *err, size_t errlen);
