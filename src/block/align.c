@@ -49,8 +49,8 @@ static void align_child_done(struct blk_request *c, int ret);
 
 static bool track_overlap(const struct blk_request *a, const struct blk_request *b)
 {
-	return a->track_lo < b->track_hi && b->track_lo < a->track_hi &&
-	       (a->serialising || b->serialising);
+	return a->core.track_lo < b->core.track_hi && b->core.track_lo < a->core.track_hi &&
+	       (a->core.serialising || b->core.serialising);
 }
 
 /* Must req wait for an earlier request? Arrival order makes waits acyclic.
@@ -60,10 +60,10 @@ static bool track_conflict(const struct blk_track *t, const struct blk_request *
 	const struct blk_request *p;
 
 	/* Only a serialising request conflicts, on either side. */
-	if (!req->serialising && t->nserial == 0)
+	if (!req->core.serialising && t->nserial == 0)
 		return false;
 
-	for (p = req->track_prev; p; p = p->track_prev)
+	for (p = req->core.track_prev; p; p = p->core.track_prev)
 		if (track_overlap(p, req))
 			return true;
 	return false;
@@ -71,7 +71,7 @@ static bool track_conflict(const struct blk_track *t, const struct blk_request *
 
 static void align_free(struct align_req *a)
 {
-	a->parent->slow = NULL;
+	a->parent->core.slow = NULL;
 	free(a->bounce);
 	free(a);
 }
@@ -82,25 +82,25 @@ static int align_run(struct align_req *a);
  * still overlaps. */
 static void track_wake(struct loop_msg *m)
 {
-	struct blk_request *req = container_of(m, struct blk_request, wake);
-	struct blk_track *t = req->node->track;
+	struct blk_request *req = container_of(m, struct blk_request, core.wake);
+	struct blk_track *t = req->core.node->track;
 	bool wait;
 	int ret;
 
 	pthread_mutex_lock(&t->lock);
 	wait = track_conflict(t, req);
-	req->waiting = wait;
+	req->core.waiting = wait;
 	t->nwaiting += wait;
 	pthread_mutex_unlock(&t->lock);
 	if (wait)
 		return;
-	if (req->slow)
-		ret = align_run(req->slow);
+	if (req->core.slow)
+		ret = align_run(req->core.slow);
 	else
-		ret = req->node->drv->submit(req->node, req);
+		ret = req->core.node->drv->submit(req->core.node, req);
 	if (ret) {
-		if (req->slow)
-			align_free(req->slow);
+		if (req->core.slow)
+			align_free(req->core.slow);
 		blk_exec_done(req, ret);
 	}
 }
@@ -114,22 +114,22 @@ static bool track_begin(struct blk_node *bs, struct blk_request *req, uint64_t l
 	bool wait;
 
 	assert(t);
-	req->track_lo = lo;
-	req->track_hi = hi;
-	req->serialising = serialising;
-	req->track_next = NULL;
-	req->wake.cb = track_wake;
-	req->core |= BLK_CORE_TRACKED;
+	req->core.track_lo = lo;
+	req->core.track_hi = hi;
+	req->core.serialising = serialising;
+	req->core.track_next = NULL;
+	req->core.wake.cb = track_wake;
+	req->core.flags |= BLK_CORE_TRACKED;
 	pthread_mutex_lock(&t->lock);
-	req->track_prev = t->tail;
+	req->core.track_prev = t->tail;
 	if (t->tail)
-		t->tail->track_next = req;
+		t->tail->core.track_next = req;
 	else
 		t->head = req;
 	t->tail = req;
 	t->nserial += serialising;
 	wait = track_conflict(t, req);
-	req->waiting = wait;
+	req->core.waiting = wait;
 	t->waits += wait;
 	t->nwaiting += wait;
 	pthread_mutex_unlock(&t->lock);
@@ -138,28 +138,28 @@ static bool track_begin(struct blk_node *bs, struct blk_request *req, uint64_t l
 
 void blk_untrack(struct blk_request *req)
 {
-	struct blk_track *t = req->node->track;
+	struct blk_track *t = req->core.node->track;
 	struct blk_request *w;
 
 	pthread_mutex_lock(&t->lock);
-	for (w = t->nwaiting ? req->track_next : NULL; w; w = w->track_next) {
-		if (w->waiting && track_overlap(req, w)) {
-			w->waiting = false;
+	for (w = t->nwaiting ? req->core.track_next : NULL; w; w = w->core.track_next) {
+		if (w->core.waiting && track_overlap(req, w)) {
+			w->core.waiting = false;
 			t->nwaiting--;
-			loop_send(w->loop, &w->wake);
+			loop_send(w->loop, &w->core.wake);
 		}
 	}
-	t->nserial -= req->serialising;
-	if (req->track_prev)
-		req->track_prev->track_next = req->track_next;
+	t->nserial -= req->core.serialising;
+	if (req->core.track_prev)
+		req->core.track_prev->core.track_next = req->core.track_next;
 	else
-		t->head = req->track_next;
-	if (req->track_next)
-		req->track_next->track_prev = req->track_prev;
+		t->head = req->core.track_next;
+	if (req->core.track_next)
+		req->core.track_next->core.track_prev = req->core.track_prev;
 	else
-		t->tail = req->track_prev;
+		t->tail = req->core.track_prev;
 	pthread_mutex_unlock(&t->lock);
-	req->core &= ~BLK_CORE_TRACKED;
+	req->core.flags &= ~BLK_CORE_TRACKED;
 }
 
 int blk_track_init(struct blk_node *bs)
@@ -293,7 +293,7 @@ static struct align_req *align_new(struct blk_node *bs, struct blk_request *req,
 	a->bs = bs;
 	a->parent = req;
 	a->kind = kind;
-	req->slow = a;
+	req->core.slow = a;
 	return a;
 }
 
@@ -307,7 +307,7 @@ static int align_start(struct align_req *a, bool track, bool serialising, uint64
 		return 0;
 	ret = align_run(a);
 	if (ret) {
-		if (req->core & BLK_CORE_TRACKED)
+		if (req->core.flags & BLK_CORE_TRACKED)
 			blk_untrack(req);
 		align_free(a);
 	}
@@ -401,12 +401,12 @@ static int align_direct(struct blk_node *bs, struct blk_request *req, bool track
 {
 	int ret;
 
-	req->slow = NULL;
+	req->core.slow = NULL;
 	if (track && bs->align > 1 &&
 	    track_begin(bs, req, req->offset, req->offset + req->len, false))
 		return 0;
 	ret = bs->drv->submit(bs, req);
-	if (ret && (req->core & BLK_CORE_TRACKED))
+	if (ret && (req->core.flags & BLK_CORE_TRACKED))
 		blk_untrack(req);
 	return ret;
 }

@@ -6,11 +6,11 @@
 
 #include <pthread.h>
 
-#include "block/block.h"
+#include "block/block-driver.h"
 #include "util/clock.h"
 #include "util/compiler.h"
 
-/* req->core bits. All zero for a request on the fast path. */
+/* req->core.flags bits. All zero for a request on the fast path. */
 #define BLK_CORE_INTERNAL (1u << 0) /* core child request: completion goes straight to cb */
 #define BLK_CORE_TRACKED  (1u << 1) /* on the node's overlap list */
 #define BLK_CORE_SHIFTED  (1u << 2) /* offset moved by blk_forward_shift() */
@@ -37,6 +37,11 @@ int blk_exec(struct blk_node *bs, struct blk_request *req);
 void blk_exec_done(struct blk_request *req, int ret);
 /* Make c an internal child of p (fields other than op/flags/range/iov/cb). */
 void blk_child_init(struct blk_request *c, struct blk_request *p);
+
+/* perm.c: recompute and apply the permissions of the stack below root bs
+ * from its users' (after a child was added or opened). Same results as
+ * blk_set_perm. */
+int blk_perm_refresh(struct blk_node *bs, char *err, size_t errlen);
 
 /* align.c */
 static inline bool blk_needs_align(const struct blk_node *bs)
@@ -72,9 +77,9 @@ static inline uint64_t blk_ticks_to_ns(uint64_t ticks)
 /* Count a finished request: a few instructions and one timestamp. */
 static inline void blk_stats_account(struct blk_request *req, int ret)
 {
-	struct blk_stats *st = req->st;
+	struct blk_stats *st = req->core.st;
 	struct blk_op_stats *o = &st->op[req->op];
-	int64_t ticks = (int64_t)(clock_ticks() - req->start_tsc);
+	int64_t ticks = (int64_t)(clock_ticks() - req->core.start_tsc);
 	uint64_t ns = blk_ticks_to_ns(ticks > 0 ? (uint64_t)ticks : 0);
 
 	o->ops++;

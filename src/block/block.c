@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "block/block-int.h"
-#include "block/qcow2/qcow2.h"
 
 /* ---- driver registry ---- */
 
@@ -150,8 +149,8 @@ static void blk_wz_done(struct blk_request *c, int ret);
  * that only the first and last chunk may need a read-modify-write. */
 static int blk_wz_next(struct blk_wz_state *w)
 {
-	struct blk_request *c = &w->child, *p = c->parent;
-	struct blk_node *bs = p->node;
+	struct blk_request *c = &w->child, *p = c->core.parent;
+	struct blk_node *bs = p->core.node;
 	uint64_t pos = c->offset + c->len, n = w->end - pos;
 
 	if (n > BLK_ZERO_CHUNK) {
@@ -175,7 +174,7 @@ static int blk_wz_next(struct blk_wz_state *w)
 static void blk_wz_done(struct blk_request *c, int ret)
 {
 	struct blk_wz_state *w = container_of(c, struct blk_wz_state, child);
-	struct blk_request *p = c->parent;
+	struct blk_request *p = c->core.parent;
 
 	if (ret == 0 && c->offset + c->len < w->end) {
 		ret = blk_wz_next(w);
@@ -197,7 +196,7 @@ static int blk_wz_fallback(struct blk_request *req)
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	w->child.parent = req;
+	w->child.core.parent = req;
 	w->child.offset = req->offset;
 	w->end = req->offset + req->len;
 	ret = blk_wz_next(w);
@@ -217,12 +216,12 @@ int blk_exec(struct blk_node *bs, struct blk_request *req)
 
 void blk_child_init(struct blk_request *c, struct blk_request *p)
 {
-	c->node = p->node;
+	c->core.node = p->core.node;
 	c->loop = p->loop;
-	c->st = NULL;
-	c->core = BLK_CORE_INTERNAL;
-	c->parent = p;
-	c->slow = NULL;
+	c->core.st = NULL;
+	c->core.flags = BLK_CORE_INTERNAL;
+	c->core.parent = p;
+	c->core.slow = NULL;
 	c->opaque = NULL;
 }
 
@@ -230,7 +229,7 @@ void blk_child_init(struct blk_request *c, struct blk_request *p)
 static int blk_submit_slow(struct blk_node *bs, struct blk_request *req)
 {
 	if ((req->flags & BLK_F_FUA) && !bs->has_fua)
-		req->core |= BLK_CORE_FUA_EMUL;
+		req->core.flags |= BLK_CORE_FUA_EMUL;
 	switch (req->op) {
 	case BLK_OP_BLOCK_STATUS:
 		req->status = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED;
@@ -246,7 +245,7 @@ static int blk_submit_slow(struct blk_node *bs, struct blk_request *req)
 		if (!bs->has_write_zeroes)
 			return blk_wz_fallback(req);
 		if (!(req->flags & BLK_F_NO_FALLBACK))
-			req->core |= BLK_CORE_WZ_RETRY;
+			req->core.flags |= BLK_CORE_WZ_RETRY;
 		break;
 	default: /* read, write */
 		if (req->len == 0)
@@ -255,7 +254,7 @@ static int blk_submit_slow(struct blk_node *bs, struct blk_request *req)
 	}
 	return blk_exec(bs, req);
 done:
-	req->core = 0;
+	req->core.flags = 0;
 	blk_complete_deferred(req, 0);
 	return 0;
 }
@@ -279,11 +278,11 @@ int blk_submit(struct blk_node *bs, struct blk_request *req)
 		if (!st)
 			return -ENOMEM;
 	}
-	req->node = bs;
+	req->core.node = bs;
 	req->loop = loop;
-	req->st = st;
-	req->core = 0;
-	req->start_tsc = clock_ticks();
+	req->core.st = st;
+	req->core.flags = 0;
+	req->core.start_tsc = clock_ticks();
 	if (unlikely(ret > 0))
 		ret = blk_submit_slow(bs, req);
 	else if (unlikely(blk_needs_align(bs)))
@@ -299,16 +298,16 @@ int blk_forward_shift(struct blk_node *bs, struct blk_request *req, uint64_t del
 {
 	int ret;
 
-	if (!(req->core & BLK_CORE_SHIFTED)) {
-		req->shift = 0;
-		req->core |= BLK_CORE_SHIFTED;
+	if (!(req->core.flags & BLK_CORE_SHIFTED)) {
+		req->core.shift = 0;
+		req->core.flags |= BLK_CORE_SHIFTED;
 	}
 	req->offset += delta;
-	req->shift += delta;
+	req->core.shift += delta;
 	ret = blk_forward(bs, req);
 	if (ret) {
 		req->offset -= delta;
-		req->shift -= delta;
+		req->core.shift -= delta;
 	}
 	return ret;
 }
@@ -319,25 +318,25 @@ int blk_forward_shift(struct blk_node *bs, struct blk_request *req, uint64_t del
  * writes, emulate FUA with a flush, then account and call back. */
 static void blk_top_done(struct blk_request *req, int ret)
 {
-	struct blk_node *bs = req->node;
+	struct blk_node *bs = req->core.node;
 
-	if (ret == -ENOTSUP && (req->core & BLK_CORE_WZ_RETRY)) {
-		req->core &= ~BLK_CORE_WZ_RETRY;
+	if (ret == -ENOTSUP && (req->core.flags & BLK_CORE_WZ_RETRY)) {
+		req->core.flags &= ~BLK_CORE_WZ_RETRY;
 		ret = blk_wz_fallback(req);
 		if (ret == 0)
 			return;
 	}
-	if (ret == 0 && (req->core & BLK_CORE_FUA_EMUL)) {
-		req->core = (req->core & ~BLK_CORE_FUA_EMUL) | BLK_CORE_OP_SAVED;
-		req->saved_op = req->op;
+	if (ret == 0 && (req->core.flags & BLK_CORE_FUA_EMUL)) {
+		req->core.flags = (req->core.flags & ~BLK_CORE_FUA_EMUL) | BLK_CORE_OP_SAVED;
+		req->core.saved_op = req->op;
 		req->op = BLK_OP_FLUSH;
 		ret = bs->drv->submit(bs, req);
 		if (ret == 0)
 			return;
 	}
-	if (req->core & BLK_CORE_OP_SAVED) {
-		req->op = req->saved_op;
-		req->core &= ~BLK_CORE_OP_SAVED;
+	if (req->core.flags & BLK_CORE_OP_SAVED) {
+		req->op = req->core.saved_op;
+		req->core.flags &= ~BLK_CORE_OP_SAVED;
 	}
 	blk_stats_account(req, ret);
 	req->cb(req, ret);
@@ -345,9 +344,9 @@ static void blk_top_done(struct blk_request *req, int ret)
 
 void blk_exec_done(struct blk_request *req, int ret)
 {
-	if (req->core & BLK_CORE_TRACKED)
+	if (req->core.flags & BLK_CORE_TRACKED)
 		blk_untrack(req);
-	if (req->core & BLK_CORE_INTERNAL) {
+	if (req->core.flags & BLK_CORE_INTERNAL) {
 		req->cb(req, ret);
 		return;
 	}
@@ -356,16 +355,16 @@ void blk_exec_done(struct blk_request *req, int ret)
 
 static void blk_complete_slow(struct blk_request *req, int ret)
 {
-	if (req->core & BLK_CORE_SHIFTED) {
-		req->offset -= req->shift;
-		req->core &= ~BLK_CORE_SHIFTED;
+	if (req->core.flags & BLK_CORE_SHIFTED) {
+		req->offset -= req->core.shift;
+		req->core.flags &= ~BLK_CORE_SHIFTED;
 	}
 	blk_exec_done(req, ret);
 }
 
 void blk_complete(struct blk_request *req, int ret)
 {
-	if (unlikely(req->core)) {
+	if (unlikely(req->core.flags)) {
 		blk_complete_slow(req, ret);
 		return;
 	}
@@ -375,16 +374,16 @@ void blk_complete(struct blk_request *req, int ret)
 
 static void blk_defer_cb(struct loop_defer *d)
 {
-	struct blk_request *req = container_of(d, struct blk_request, defer);
+	struct blk_request *req = container_of(d, struct blk_request, core.defer);
 
-	blk_complete(req, req->ret);
+	blk_complete(req, req->core.ret);
 }
 
 void blk_complete_deferred(struct blk_request *req, int ret)
 {
-	req->ret = ret;
-	req->defer.cb = blk_defer_cb;
-	loop_defer(req->loop, &req->defer);
+	req->core.ret = ret;
+	req->core.defer.cb = blk_defer_cb;
+	loop_defer(req->loop, &req->core.defer);
 }
 
 /* ---- capabilities, truncate ---- */

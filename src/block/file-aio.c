@@ -18,7 +18,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "block/file.h"
+#include "block/file-int.h"
 #include "util/compiler.h"
 #include "util/log.h"
 

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "block/file.h"
+#include "block/file-int.h"
 
 #define LOCK_PERM_BASE	 100 /* QEMU's RAW_LOCK_PERM_BASE */
 #define LOCK_SHARED_BASE 200 /* QEMU's RAW_LOCK_SHARED_BASE */

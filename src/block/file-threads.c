@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "block/file.h"
+#include "block/file-int.h"
 #include "loop/thread-pool.h"
 
 struct file_tp_req {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "block/file.h"
+#include "block/file-int.h"
 #include "util/compiler.h"
 #include "util/log.h"
 

@@ -19,7 +19,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "block/file.h"
+#include "block/file-int.h"
 #include "loop/thread-pool.h"
 #include "util/iov.h"
 #include "util/log.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "block/block.h"
+#include "block/block-driver.h"
 #include "loop/thread-pool.h"
 #include "util/clock.h"
 #include "util/compiler.h"

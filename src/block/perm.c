@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "block/block.h"
+#include "block/block-int.h"
 
 #define PERM_MAX_NODES 256 /* a backing chain of 64 images with data files */
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "block/block.h"
+#include "block/file.h"
 #include "util/log.h"
 
 static uint32_t probe_be32(const uint8_t *p)

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "block/block.h"
+#include "block/block-driver.h"
 #include "util/compiler.h"
 #include "util/iov.h"
 #include "util/opts.h"

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "block/block.h"
+#include "block/block-driver.h"
 #include "block/qcow2/qcow2.h"
 #include "fuzz.h"
 #include "loop/loop.h"

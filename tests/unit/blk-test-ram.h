@@ -16,7 +16,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "block/block.h"
+#include "block/block-driver.h"
 #include "loop/loop.h"
 #include "util/iov.h"
 #include "util/opts.h"

@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
-#include "block/file.h"
+#include "block/file-int.h"
 #include "loop/loop.h"
 #include "util/iov.h"
 #include "util/opts.h"

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "block/block.h"
+#include "block/file.h"
 #include "block/qcow2/qcow2.h"
 #include "loop/loop.h"
 #include "util/opts.h"

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "block/file.h"
 #include "block/qcow2/qcow2-int.h"
 #include "util/opts.h"
 #include "util/path.h"

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "block/block.h"
+#include "block/block-driver.h"
 #include "block/qcow2/qcow2.h"
 #include "loop/coroutine.h"
 #include "loop/loop.h"

@@ -1,6 +1,6 @@
 /* qcow2 format driver: public interface for the image tool (`ioplane img`).
- * The driver itself registers as format "qcow2" (blk_drv_qcow2) and is used
- * through blk_open(...,format=qcow2,...) like any other format.
+ * The driver itself is a built-in like the others (blk_drv_qcow2 in
+ * block-driver.h) and is used through blk_open(...,format=qcow2,...).
  *
  * Threading: every function here is synchronous and runs on a loop thread
  * (the main thread with a bound loop; a temporary loop is made if none is
@@ -13,8 +13,6 @@
 #include <stdint.h>
 
 struct blk_node;
-
-extern const struct blk_driver blk_drv_qcow2;
 
 enum qcow2_prealloc {
 	QCOW2_PREALLOC_OFF = 0,
