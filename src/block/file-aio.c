@@ -208,11 +208,11 @@ static void file_aio_event(struct file_aio_thread *th, const struct io_event *ev
 	struct file_aio_req *a = ev->data;
 	struct blk_request *req = file_req_of(a);
 	long res = (long)ev->res;
-	int ret;
+	enum file_rw_next next;
 
 	th->in_kernel--;
-	ret = file_rw_advance(&a->rw, req, res);
-	if (ret == 0) {
+	next = file_rw_advance(&a->rw, req, res);
+	if (next == FILE_RW_AGAIN) {
 		th->t.stats.resubmits++;
 		if (res < 0)
 			th->t.stats.eagain++;
@@ -220,7 +220,7 @@ static void file_aio_event(struct file_aio_thread *th, const struct io_event *ev
 		file_aio_enqueue(th, a);
 		return;
 	}
-	file_aio_finish(th, a, ret < 0 ? ret : 0);
+	file_aio_finish(th, a, next == FILE_RW_DONE ? 0 : a->rw.err);
 }
 
 static bool file_aio_reap(struct file_aio_thread *th)

@@ -87,6 +87,7 @@ struct file_rw {
 	uint64_t pos;  /* file offset of the next byte */
 	uint64_t left; /* bytes still to transfer */
 	int idx;       /* current iovec element */
+	int err;       /* -errno once file_rw_advance said FILE_RW_FAILED */
 	size_t off;    /* bytes already done in iov[idx] */
 };
 
@@ -106,11 +107,16 @@ struct file_piece {
 
 void file_rw_piece(const struct file_rw *rw, const struct blk_request *req, struct file_piece *p);
 
-/* Account for one completed transfer of `res` (bytes or -errno).
- * Returns 1 when the request is finished successfully, 0 when the rest must
- * be submitted again (short transfer, next IOV_MAX chunk, -EAGAIN/-EINTR), or
- * -errno. A read that returns 0 (end of file) zero-fills what is left. */
-int file_rw_advance(struct file_rw *rw, struct blk_request *req, ssize_t res);
+/* What is left of a read or write after one transfer (file_rw_advance). */
+enum file_rw_next {
+	FILE_RW_DONE,   /* finished successfully */
+	FILE_RW_AGAIN,  /* submit the rest: short transfer, next IOV_MAX chunk, -EAGAIN/-EINTR */
+	FILE_RW_FAILED, /* finished with an error: rw->err */
+};
+
+/* Account for one completed transfer of `res` (bytes or -errno). A read
+ * that returns 0 (end of file) zero-fills what is left and is done. */
+enum file_rw_next file_rw_advance(struct file_rw *rw, struct blk_request *req, ssize_t res);
 
 /* Thread-pool helpers shared by all engines (file.c): flush, discard,
  * write-zeroes and block-status run as blocking work on the pool. */

@@ -26,20 +26,30 @@ static int lock_byte(int fd, int cmd, short type, off_t off, struct flock *fl)
 	return fcntl(fd, cmd, fl) == 0 ? 0 : -errno;
 }
 
-/* Does another open file lock byte off? 1, 0 or -errno. */
-static int lock_held_by_other(int fd, off_t off)
+/* Does another open file lock byte off (*held)? 0 or -errno. */
+static int lock_held_by_other(int fd, off_t off, bool *held)
 {
 	struct flock fl;
 	int ret = lock_byte(fd, F_OFD_GETLK, F_WRLCK, off, &fl);
 
-	return ret ? ret : fl.l_type != F_UNLCK;
+	*held = ret == 0 && fl.l_type != F_UNLCK;
+	return ret;
+}
+
+/* Whether another open file locks byte off; false when that cannot be told. */
+static bool lock_seen(int fd, off_t off)
+{
+	bool held;
+
+	lock_held_by_other(fd, off, &held);
+	return held;
 }
 
 int file_lock_probe(int fd)
 {
-	int ret = lock_held_by_other(fd, LOCK_PERM_BASE);
+	bool held;
 
-	return ret < 0 ? ret : 0;
+	return lock_held_by_other(fd, LOCK_PERM_BASE, &held);
 }
 
 /* Lock the bytes of perm (held) and unshared (not shared); with unlock, also
@@ -76,9 +86,9 @@ static void lock_others(int fd, uint32_t *held, uint32_t *unshared)
 {
 	*held = *unshared = 0;
 	for (unsigned i = 0; i < BLK_PERM_COUNT; i++) {
-		if (lock_held_by_other(fd, LOCK_PERM_BASE + i) > 0)
+		if (lock_seen(fd, LOCK_PERM_BASE + i))
 			*held |= 1u << i;
-		if (lock_held_by_other(fd, LOCK_SHARED_BASE + i) > 0)
+		if (lock_seen(fd, LOCK_SHARED_BASE + i))
 			*unshared |= 1u << i;
 	}
 }
@@ -110,17 +120,19 @@ static int lock_check(int fd, const char *path, uint32_t perm, uint32_t shared, 
 	for (unsigned k = 0; k < 2; k++) {
 		for (unsigned i = 0; i < BLK_PERM_COUNT; i++) {
 			uint32_t b = 1u << i;
+			bool held;
 			int ret;
 
 			if (k ? (shared & b) : !(perm & b))
 				continue;
-			ret = lock_held_by_other(fd, (k ? LOCK_PERM_BASE : LOCK_SHARED_BASE) + i);
+			ret = lock_held_by_other(fd, (k ? LOCK_PERM_BASE : LOCK_SHARED_BASE) + i,
+						 &held);
 			if (ret < 0) {
 				snprintf(err, errlen, "cannot test the locks of '%s': %s", path,
 					 strerror(-ret));
 				return ret;
 			}
-			if (ret) {
+			if (held) {
 				lock_conflict_msg(fd, path, k, b, err, errlen);
 				return -EBUSY;
 			}

@@ -49,12 +49,12 @@ static int file_tp_run(struct tp_work *w)
 {
 	struct file_tp_req *t = (struct file_tp_req *)w;
 	struct blk_request *req = file_req_of(t);
-	int ret;
+	enum file_rw_next next;
 
 	do {
-		ret = file_rw_advance(&t->rw, req, file_tp_io(t, req));
-	} while (ret == 0);
-	return ret < 0 ? ret : 0;
+		next = file_rw_advance(&t->rw, req, file_tp_io(t, req));
+	} while (next == FILE_RW_AGAIN);
+	return next == FILE_RW_DONE ? 0 : t->rw.err;
 }
 
 static void file_tp_done(struct tp_work *w, int ret)

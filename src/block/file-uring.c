@@ -150,26 +150,38 @@ static void file_uring_finish(struct file_uring_req *u, struct blk_request *req,
 	blk_complete(req, ret);
 }
 
+/* A flush: again on -EAGAIN/-EINTR, else done or failed (rw->err). */
+static enum file_rw_next file_uring_flush_next(struct file_rw *rw, int res)
+{
+	if (res == -EAGAIN || res == -EINTR)
+		return FILE_RW_AGAIN;
+	rw->err = res;
+	return res < 0 ? FILE_RW_FAILED : FILE_RW_DONE;
+}
+
 static void file_uring_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
 {
 	struct file_uring_req *u = (struct file_uring_req *)op;
 	struct blk_request *req = file_req_of(u);
+	enum file_rw_next next;
 	int ret;
 
 	(void)cqe_flags;
 	if (req->op == BLK_OP_FLUSH)
-		ret = res == -EAGAIN || res == -EINTR ? 0 : (res < 0 ? res : 1);
+		next = file_uring_flush_next(&u->rw, res);
 	else
-		ret = file_rw_advance(&u->rw, req, res);
-	if (ret == 0) {
+		next = file_rw_advance(&u->rw, req, res);
+	if (next == FILE_RW_AGAIN) {
 		u->th->t.stats.resubmits++;
 		if (res < 0)
 			u->th->t.stats.eagain++;
 		ret = file_uring_queue(u, req);
 		if (ret == 0)
 			return;
+		u->rw.err = ret;
+		next = FILE_RW_FAILED;
 	}
-	file_uring_finish(u, req, ret < 0 ? ret : 0);
+	file_uring_finish(u, req, next == FILE_RW_DONE ? 0 : u->rw.err);
 }
 
 int file_uring_submit(struct blk_node *bs, struct blk_request *req)

@@ -40,6 +40,7 @@ void file_rw_init(struct file_rw *rw, const struct blk_request *req)
 	rw->pos = req->offset;
 	rw->left = req->len;
 	rw->idx = 0;
+	rw->err = 0;
 	rw->off = 0;
 	while (rw->left > 0 && req->iov[rw->idx].iov_len == 0)
 		rw->idx++;
@@ -61,25 +62,31 @@ void file_rw_piece(const struct file_rw *rw, const struct blk_request *req, stru
 		p->len = FILE_MAX_RW;
 }
 
-int file_rw_advance(struct file_rw *rw, struct blk_request *req, ssize_t res)
+static enum file_rw_next file_rw_fail(struct file_rw *rw, int err)
+{
+	rw->err = err;
+	return FILE_RW_FAILED;
+}
+
+enum file_rw_next file_rw_advance(struct file_rw *rw, struct blk_request *req, ssize_t res)
 {
 	size_t n;
 
 	if (res == -EAGAIN || res == -EINTR)
-		return 0;
+		return FILE_RW_AGAIN;
 	if (res < 0)
-		return (int)res;
+		return file_rw_fail(rw, (int)res);
 	if (res == 0) {
 		if (req->op != BLK_OP_READ)
-			return -ENOSPC; /* a write that moves nothing will not move more */
+			return file_rw_fail(rw, -ENOSPC); /* moving nothing, it will not move more */
 		/* End of file (the file is shorter than the node, e.g. an
 		 * unaligned tail under O_DIRECT): the rest reads as zeroes. */
 		iov_memset(req->iov, req->iovcnt, req->len - rw->left, 0, rw->left);
 		rw->left = 0;
-		return 1;
+		return FILE_RW_DONE;
 	}
 	if ((uint64_t)res > rw->left)
-		return -EIO; /* the kernel never does this; do not walk off the iovec */
+		return file_rw_fail(rw, -EIO); /* the kernel never does this; do not walk off the iovec */
 	rw->pos += (uint64_t)res;
 	rw->left -= (uint64_t)res;
 	n = (size_t)res;
@@ -97,7 +104,7 @@ int file_rw_advance(struct file_rw *rw, struct blk_request *req, ssize_t res)
 	/* Skip empty elements so that a continuation never starts on one. */
 	while (rw->left > 0 && req->iov[rw->idx].iov_len == 0)
 		rw->idx++;
-	return rw->left == 0 ? 1 : 0;
+	return rw->left == 0 ? FILE_RW_DONE : FILE_RW_AGAIN;
 }
 
 /* ---- flush, discard, write-zeroes, block-status on the thread pool ---- */

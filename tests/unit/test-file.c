@@ -684,35 +684,38 @@ static void test_rw_advance(void **state)
 	file_rw_piece(&rw, &req, &p);
 	assert_false(p.single);
 	assert_int_equal(p.cnt, 4);
-	assert_int_equal(file_rw_advance(&rw, &req, -EAGAIN), 0);
-	assert_int_equal(file_rw_advance(&rw, &req, -EINTR), 0);
+	assert_int_equal(file_rw_advance(&rw, &req, -EAGAIN), FILE_RW_AGAIN);
+	assert_int_equal(file_rw_advance(&rw, &req, -EINTR), FILE_RW_AGAIN);
 	assert_int_equal(rw.pos, 1000);
 	assert_int_equal(rw.left, 350);
-	assert_int_equal(file_rw_advance(&rw, &req, 60), 0);
+	assert_int_equal(file_rw_advance(&rw, &req, 60), FILE_RW_AGAIN);
 	file_rw_piece(&rw, &req, &p);
 	assert_true(p.single);
 	assert_ptr_equal(p.buf, a + 60);
 	assert_int_equal(p.len, 40);
-	assert_int_equal(file_rw_advance(&rw, &req, 40), 0);
+	assert_int_equal(file_rw_advance(&rw, &req, 40), FILE_RW_AGAIN);
 	file_rw_piece(&rw, &req, &p); /* the empty element is skipped */
 	assert_ptr_equal(p.iov, &iov[2]);
 	assert_int_equal(p.cnt, 2);
-	assert_int_equal(file_rw_advance(&rw, &req, 70), 0);
+	assert_int_equal(file_rw_advance(&rw, &req, 70), FILE_RW_AGAIN);
 	assert_int_equal(rw.pos, 1170);
 	file_rw_piece(&rw, &req, &p);
 	assert_ptr_equal(p.buf, c + 20);
 	assert_int_equal(p.len, 180);
 	memset(c, 0xff, sizeof(c));
-	assert_int_equal(file_rw_advance(&rw, &req, 0), 1); /* EOF: zero-fill */
+	assert_int_equal(file_rw_advance(&rw, &req, 0), FILE_RW_DONE); /* EOF: zero-fill */
 	assert_int_equal((uint8_t)c[19], 0xff);
 	assert_true(all_zero(c + 20, 180));
-	assert_int_equal(file_rw_advance(&rw, &req, -EIO), -EIO);
+	assert_int_equal(file_rw_advance(&rw, &req, -EIO), FILE_RW_FAILED);
+	assert_int_equal(rw.err, -EIO);
 
 	req.op = BLK_OP_WRITE;
 	file_rw_init(&rw, &req);
-	assert_int_equal(file_rw_advance(&rw, &req, 0), -ENOSPC);
-	assert_int_equal(file_rw_advance(&rw, &req, 351), -EIO);
-	assert_int_equal(file_rw_advance(&rw, &req, 350), 1);
+	assert_int_equal(file_rw_advance(&rw, &req, 0), FILE_RW_FAILED);
+	assert_int_equal(rw.err, -ENOSPC);
+	assert_int_equal(file_rw_advance(&rw, &req, 351), FILE_RW_FAILED);
+	assert_int_equal(rw.err, -EIO);
+	assert_int_equal(file_rw_advance(&rw, &req, 350), FILE_RW_DONE);
 
 	assert_non_null(many);
 	for (unsigned i = 0; i < NVEC; i++) {
@@ -725,7 +728,7 @@ static void test_rw_advance(void **state)
 	file_rw_init(&rw, &req);
 	file_rw_piece(&rw, &req, &p);
 	assert_int_equal(p.cnt, IOV_MAX);
-	assert_int_equal(file_rw_advance(&rw, &req, IOV_MAX), 0);
+	assert_int_equal(file_rw_advance(&rw, &req, IOV_MAX), FILE_RW_AGAIN);
 	file_rw_piece(&rw, &req, &p);
 	assert_ptr_equal(p.iov, &many[IOV_MAX]);
 	assert_int_equal(p.cnt, NVEC - IOV_MAX);
