@@ -69,6 +69,7 @@ static const uint32_t blk_op_flags[BLK_OP__COUNT] = {
 	[BLK_OP_WRITE_ZEROES] = BLK_F_FUA | BLK_F_MAY_UNMAP | BLK_F_NO_FALLBACK,
 };
 
+/* -EINVAL when offset + len wraps or passes the end of the node. */
 static inline int blk_check_range(const struct blk_node *bs, const struct blk_request *req)
 {
 	uint64_t end = req->offset + req->len;
@@ -76,10 +77,17 @@ static inline int blk_check_range(const struct blk_node *bs, const struct blk_re
 	return end < req->offset || end > bs->size ? -EINVAL : 0;
 }
 
-/* Read and write, the hot path. Returns 0 (hand to the driver), 1 (the core
- * has work to do: zero length, FUA emulation) or -errno. The iovec sum cannot
- * wrap: every partial sum is compared with len, which is at most the size. */
-static inline int blk_check_rw(const struct blk_node *bs, const struct blk_request *req)
+/* Who executes a request that passed the checks. */
+enum blk_route {
+	BLK_ROUTE_DRIVER, /* the driver (through the alignment path if needed) */
+	BLK_ROUTE_CORE,   /* the core first: it answers or emulates (blk_submit_slow) */
+};
+
+/* Read and write, the hot path: 0 and *route (the core's work: zero length,
+ * FUA emulation), or -errno. The iovec sum cannot wrap: every partial sum is
+ * compared with len, which is at most the size. */
+static inline int blk_check_rw(const struct blk_node *bs, const struct blk_request *req,
+			       enum blk_route *route)
 {
 	uint64_t sum = 0;
 	int i;
@@ -96,28 +104,37 @@ static inline int blk_check_rw(const struct blk_node *bs, const struct blk_reque
 	if (req->op == BLK_OP_WRITE) {
 		if (unlikely(bs->read_only))
 			return -EROFS;
-		if (unlikely(req->flags))
-			return req->flags & ~BLK_F_FUA ? -EINVAL : !bs->has_fua;
+		if (unlikely(req->flags)) {
+			if (req->flags & ~BLK_F_FUA)
+				return -EINVAL;
+			*route = bs->has_fua ? BLK_ROUTE_DRIVER : BLK_ROUTE_CORE;
+			return 0;
+		}
 	} else if (unlikely(req->flags)) {
 		return -EINVAL;
 	}
-	return unlikely(req->len == 0);
+	*route = unlikely(req->len == 0) ? BLK_ROUTE_CORE : BLK_ROUTE_DRIVER;
+	return 0;
 }
 
-/* Every other operation: 0, 1 or -errno as blk_check_rw(). */
-static int blk_check_other(struct blk_node *bs, struct blk_request *req)
+/* Every other operation: 0 and *route, or -errno, as blk_check_rw(). */
+static int blk_check_other(struct blk_node *bs, struct blk_request *req, enum blk_route *route)
 {
 	if (req->op >= BLK_OP__COUNT || (req->flags & ~blk_op_flags[req->op]))
 		return -EINVAL;
+	*route = BLK_ROUTE_CORE;
 	switch (req->op) {
 	case BLK_OP_FLUSH:
+		*route = BLK_ROUTE_DRIVER;
 		return 0;
 	case BLK_OP_BLOCK_STATUS:
 		if (req->len == 0 || req->offset >= bs->size)
 			return -EINVAL;
 		if (req->len > bs->size - req->offset)
 			req->len = bs->size - req->offset;
-		return !bs->has_block_status;
+		if (bs->has_block_status)
+			*route = BLK_ROUTE_DRIVER;
+		return 0;
 	default: /* discard, write-zeroes */
 		if (blk_check_range(bs, req))
 			return -EINVAL;
@@ -126,7 +143,7 @@ static int blk_check_other(struct blk_node *bs, struct blk_request *req)
 		if (req->op == BLK_OP_WRITE_ZEROES && !bs->has_write_zeroes &&
 		    (req->flags & BLK_F_NO_FALLBACK))
 			return -ENOTSUP;
-		return 1;
+		return 0;
 	}
 }
 
@@ -225,7 +242,7 @@ void blk_child_init(struct blk_request *c, struct blk_request *p)
 	c->opaque = NULL;
 }
 
-/* Requests the core answers or emulates (check returned 1). */
+/* Requests the core answers or emulates (BLK_ROUTE_CORE). */
 static int blk_submit_slow(struct blk_node *bs, struct blk_request *req)
 {
 	if ((req->flags & BLK_F_FUA) && !bs->has_fua)
@@ -262,14 +279,15 @@ done:
 int blk_submit(struct blk_node *bs, struct blk_request *req)
 {
 	struct loop *loop = loop_current();
+	enum blk_route route;
 	struct blk_stats *st;
 	int ret;
 
 	assert(loop);
 	if (likely(req->op <= BLK_OP_WRITE))
-		ret = blk_check_rw(bs, req);
+		ret = blk_check_rw(bs, req, &route);
 	else
-		ret = blk_check_other(bs, req);
+		ret = blk_check_other(bs, req, &route);
 	if (unlikely(ret < 0))
 		return ret;
 	st = bs->stats[loop_index(loop)];
@@ -283,7 +301,7 @@ int blk_submit(struct blk_node *bs, struct blk_request *req)
 	req->core.st = st;
 	req->core.flags = 0;
 	req->core.start_tsc = clock_ticks();
-	if (unlikely(ret > 0))
+	if (unlikely(route == BLK_ROUTE_CORE))
 		ret = blk_submit_slow(bs, req);
 	else if (unlikely(blk_needs_align(bs)))
 		ret = blk_align_submit(bs, req);
