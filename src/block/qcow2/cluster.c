@@ -30,7 +30,7 @@ static void qc_l2_decode(const struct qc_state *s, const uint8_t *p, uint64_t *e
 	*bm = s->ext_l2 ? qc_rd64(p + 8) : 0;
 }
 
-int qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitmap)
+bool qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitmap)
 {
 	uint64_t l1e = s->l1[gc >> s->l2_bits] & QC_OFFSET_MASK;
 	const uint8_t *d;
@@ -38,13 +38,13 @@ int qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitma
 
 	if (!l1e) {
 		*entry = *bitmap = 0;
-		return 1;
+		return true;
 	}
 	d = qc_cache_peek(&s->l2c, qc_l2_key(s, l1e, gc, &boff));
 	if (!d)
-		return 0;
+		return false;
 	qc_l2_decode(s, d + boff, entry, bitmap);
-	return 1;
+	return true;
 }
 
 /* Why the L2 table offset of L1 entry e cannot be followed (NULL: it can):
@@ -402,7 +402,7 @@ int qc_alloc_join_finish(struct qc_state *s, struct qc_alloc *a)
 	return ret;
 }
 
-int qc_alloc_wait(struct qc_state *s, uint64_t gc, uint64_t n)
+bool qc_alloc_wait(struct qc_state *s, uint64_t gc, uint64_t n)
 {
 	struct qc_alloc *a;
 	struct qc_waiter *w;
@@ -411,7 +411,7 @@ int qc_alloc_wait(struct qc_state *s, uint64_t gc, uint64_t n)
 	a = qc_alloc_find(s, gc, n);
 	if (!a) {
 		pthread_mutex_unlock(&s->lock);
-		return 0;
+		return false;
 	}
 	/* Give meta up while waiting (the allocator needs it to finish). */
 	s->meta.locked = false;
@@ -425,7 +425,7 @@ int qc_alloc_wait(struct qc_state *s, uint64_t gc, uint64_t n)
 	qc_wait(s, &a->waiters);
 	pthread_mutex_unlock(&s->lock);
 	qc_co_lock(s, &s->meta);
-	return 1;
+	return true;
 }
 
 void qc_entry_release(struct qc_state *s, uint64_t e, bool discard)

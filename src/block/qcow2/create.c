@@ -16,6 +16,7 @@
 
 #include "block/file.h"
 #include "block/qcow2/qcow2-int.h"
+#include "util/compiler.h"
 #include "util/opts.h"
 #include "util/path.h"
 
@@ -369,61 +370,69 @@ static int cr_bool(const char *v, bool *out, const char *key, char *err, size_t 
 	return parse_bool(v, out) ? cr_err(err, n, -EINVAL, "expected on or off for", key) : 0;
 }
 
-static int cr_opt_enum(struct qcow2_create_opts *o, const char *key, const char *val, char *err,
-		       size_t n)
+/* The options with a fixed set of values: -o preallocation=, compression_type=
+ * and compat=. 0 or -EINVAL with a message. */
+static int cr_opt_prealloc(struct qcow2_create_opts *o, const char *val, char *err, size_t n)
 {
 	static const char *const pre[] = { "off", "metadata", "falloc", "full" };
 	unsigned i;
 
-	if (!strcmp(key, "preallocation")) {
-		for (i = 0; i < 4; i++) {
-			if (!strcmp(val, pre[i])) {
-				o->prealloc = (enum qcow2_prealloc)i;
-				return 0;
-			}
-		}
-		return cr_err(err, n, -EINVAL, "preallocation must be off, metadata, falloc or full",
-			      NULL);
-	}
-	if (!strcmp(key, "compression_type")) {
-		if (!strcmp(val, "zlib") || !strcmp(val, "zstd")) {
-			o->compression_type = !strcmp(val, "zstd") ? QCOW2_COMPRESSION_ZSTD
-								   : QCOW2_COMPRESSION_ZLIB;
+	for (i = 0; i < ARRAY_SIZE(pre); i++) {
+		if (!strcmp(val, pre[i])) {
+			o->prealloc = (enum qcow2_prealloc)i;
 			return 0;
 		}
+	}
+	return cr_err(err, n, -EINVAL, "preallocation must be off, metadata, falloc or full", NULL);
+}
+
+static int cr_opt_compression(struct qcow2_create_opts *o, const char *val, char *err, size_t n)
+{
+	if (strcmp(val, "zlib") && strcmp(val, "zstd"))
 		return cr_err(err, n, -EINVAL, "compression_type must be zlib or zstd", NULL);
-	}
-	if (!strcmp(key, "compat")) {
-		if (!strcmp(val, "1.1") || !strcmp(val, "v3"))
-			o->compat = 3;
-		else if (!strcmp(val, "0.10") || !strcmp(val, "v2"))
-			o->compat = 2;
-		else
-			return cr_err(err, n, -EINVAL, "compat must be 0.10 or 1.1", NULL);
-		return 0;
-	}
-	return 1;
+	o->compression_type = !strcmp(val, "zstd") ? QCOW2_COMPRESSION_ZSTD : QCOW2_COMPRESSION_ZLIB;
+	return 0;
+}
+
+static int cr_opt_compat(struct qcow2_create_opts *o, const char *val, char *err, size_t n)
+{
+	if (!strcmp(val, "1.1") || !strcmp(val, "v3"))
+		o->compat = 3;
+	else if (!strcmp(val, "0.10") || !strcmp(val, "v2"))
+		o->compat = 2;
+	else
+		return cr_err(err, n, -EINVAL, "compat must be 0.10 or 1.1", NULL);
+	return 0;
+}
+
+/* Sizes: cluster_size=, refcount_bits=, size=. */
+static int cr_opt_number(struct qcow2_create_opts *o, const char *key, const char *val, char *err,
+			 size_t n)
+{
+	uint64_t v;
+
+	if (parse_size(val, &v) || v > UINT32_MAX * (!strcmp(key, "size") ? 0xffffffffull : 1))
+		return cr_err(err, n, -EINVAL, "bad number for", key);
+	if (!strcmp(key, "size"))
+		o->size = v;
+	else if (!strcmp(key, "cluster_size"))
+		o->cluster_size = (uint32_t)v;
+	else
+		o->refcount_bits = (uint32_t)v;
+	return 0;
 }
 
 int qcow2_create_opt(struct qcow2_create_opts *o, const char *key, const char *val, char *err,
 		     size_t n)
 {
-	uint64_t v;
-	int ret = cr_opt_enum(o, key, val, err, n);
-
-	if (ret <= 0)
-		return ret;
-	if (!strcmp(key, "cluster_size") || !strcmp(key, "refcount_bits") || !strcmp(key, "size")) {
-		if (parse_size(val, &v) || v > UINT32_MAX * (!strcmp(key, "size") ? 0xffffffffull : 1))
-			return cr_err(err, n, -EINVAL, "bad number for", key);
-		if (!strcmp(key, "size"))
-			o->size = v;
-		else if (!strcmp(key, "cluster_size"))
-			o->cluster_size = (uint32_t)v;
-		else
-			o->refcount_bits = (uint32_t)v;
-		return 0;
-	}
+	if (!strcmp(key, "preallocation"))
+		return cr_opt_prealloc(o, val, err, n);
+	if (!strcmp(key, "compression_type"))
+		return cr_opt_compression(o, val, err, n);
+	if (!strcmp(key, "compat"))
+		return cr_opt_compat(o, val, err, n);
+	if (!strcmp(key, "cluster_size") || !strcmp(key, "refcount_bits") || !strcmp(key, "size"))
+		return cr_opt_number(o, key, val, err, n);
 	if (!strcmp(key, "extended_l2"))
 		return cr_bool(val, &o->extended_l2, key, err, n);
 	if (!strcmp(key, "lazy_refcounts"))

@@ -517,8 +517,9 @@ int qc_l2_patch(struct qc_state *s, uint64_t l2off, uint64_t idx, uint64_t entry
  * the kind of the first byte and shrinks *len to the run of that kind. */
 enum qc_kind qc_classify(const struct qc_state *s, uint64_t entry, uint64_t bitmap, uint64_t coff,
 			 uint64_t *len);
-/* Fast path lookup under s->lock: 1 with entry if the slice is cached. */
-int qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitmap);
+/* Fast path lookup under s->lock: true, with the entry, if its slice is
+ * cached (or the L1 entry is empty). */
+bool qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitmap);
 /* Why an entry / an L1 entry cannot be used (NULL: it can); buf may hold
  * the answer. which: the metadata kinds (QC_OL_*) the data or the L2 table
  * must not overlap. */
@@ -540,8 +541,9 @@ void qc_alloc_drain(struct qc_state *s, struct qc_alloc *a);
  * NULL if none can be joined. */
 struct qc_alloc *qc_alloc_try_join(struct qc_state *s, uint64_t gc, uint64_t off, uint64_t *host);
 int qc_alloc_join_finish(struct qc_state *s, struct qc_alloc *a);
-/* meta held: wait (dropping meta) while an allocation overlaps; 1 if it waited. */
-int qc_alloc_wait(struct qc_state *s, uint64_t gc, uint64_t n);
+/* meta held: wait (dropping meta) while an allocation overlaps; true if it
+ * waited (the entry must be looked up again). */
+bool qc_alloc_wait(struct qc_state *s, uint64_t gc, uint64_t n);
 /* Drop the reference of an old entry (deferred). */
 void qc_entry_release(struct qc_state *s, uint64_t entry, bool discard);
 

@@ -149,29 +149,37 @@ static bool qc_fast_sane(const struct qc_state *s, uint64_t gc, uint64_t e, uint
 	return !s->data_external || (e & QC_OFFSET_MASK) == gc << s->cluster_bits;
 }
 
-/* Host offset of [off, off+len) if it is plain data, contiguous, in one
- * cached slice (lock held). 1: found; 0: no. For writes the clusters must
+/* What a fast path did with a request. */
+enum qc_fast {
+	QC_FAST_TAKEN, /* submitted or answered; or refused, the -errno in *ret */
+	QC_FAST_SLOW,  /* not one for the fast path: the coroutine path takes it */
+	QC_FAST_NOMEM, /* no fast-path context could be allocated: the coroutine
+			* path, which needs none, takes it */
+};
+
+/* True, with the host offset of [off, off+len), if it is plain data,
+ * contiguous, in one cached slice (lock held). For writes the clusters must
  * be COPIED. The host range must lie inside the file and clear of the
  * tables (for writes: of all metadata): cached entries are whatever the
  * image says. */
-static int qc_fast_map(struct qc_state *s, uint64_t off, uint64_t len, bool write, uint64_t *host)
+static bool qc_fast_map(struct qc_state *s, uint64_t off, uint64_t len, bool write, uint64_t *host)
 {
 	uint64_t gc = off >> s->cluster_bits, last = (off + len - 1) >> s->cluster_bits;
 	uint64_t e, bm, base, coff = qc_coff(s, off), n, first = gc;
 
 	if (!qc_l2_peek(s, gc, &e, &bm))
-		return 0;
+		return false;
 	n = last == gc ? len : s->cluster_size - coff;
 	if (!qc_fast_data(s, e, bm, coff, n) || (write && !(e & QC_OFLAG_COPIED)) ||
 	    !qc_fast_sane(s, gc, e, bm))
-		return 0;
+		return false;
 	base = e & QC_OFFSET_MASK;
 	*host = base + coff;
 	n = (last - gc + 1) << s->cluster_bits;
 	if ((base & (s->cluster_size - 1)) || *host + len > s->fwd_limit || *host + len < *host ||
 	    (!s->data_external &&
 	     qc_meta_on(s, base, n, write ? QC_OL_ALL : QC_OL_FIXED)))
-		return 0;
+		return false;
 	while (++gc <= last) {
 		uint64_t e2, bm2;
 
@@ -180,9 +188,9 @@ static int qc_fast_map(struct qc_state *s, uint64_t off, uint64_t len, bool writ
 		    !qc_fast_data(s, e2, bm2, 0, n) || (write && !(e2 & QC_OFLAG_COPIED)) ||
 		    !qc_fast_sane(s, gc, e2, bm2) ||
 		    (e2 & QC_OFFSET_MASK) != base + ((gc - first) << s->cluster_bits))
-			return 0;
+			return false;
 	}
-	return 1;
+	return true;
 }
 
 /* Zero / unallocated without backing, one cluster, nothing allocating it. */
@@ -230,26 +238,28 @@ static int qc_fwd_submit(struct qc_state *s, struct qc_thread *t, struct qc_fwd 
 
 /* A fast read from an external data file: a child request on the data node
  * (the image node's own request cannot be shifted onto another node). */
-static int qc_read_child(struct blk_node *bs, struct qc_state *s, struct blk_request *req,
-			 uint64_t host)
+static enum qc_fast qc_read_child(struct blk_node *bs, struct qc_state *s, struct blk_request *req,
+				  uint64_t host, int *ret)
 {
 	struct qc_thread *t = blk_thread_state(bs, req->loop, qc_thread_new);
 	struct qc_fwd *f;
 
 	if (!t)
-		return 1;
+		return QC_FAST_NOMEM;
 	f = t->free;
 	if (f)
 		t->free = f->next;
 	else if (!(f = calloc(1, sizeof(*f))))
-		return 1;
-	return qc_fwd_submit(s, t, f, req, host, true);
+		return QC_FAST_NOMEM;
+	*ret = qc_fwd_submit(s, t, f, req, host, true);
+	return QC_FAST_TAKEN;
 }
 
-static int qc_read_fast(struct blk_node *bs, struct qc_state *s, struct blk_request *req)
+static enum qc_fast qc_read_fast(struct blk_node *bs, struct qc_state *s, struct blk_request *req,
+				 int *ret)
 {
 	uint64_t host;
-	int hit;
+	bool hit;
 
 	pthread_mutex_lock(&s->lock);
 	hit = s->fast_fwd && qc_fast_map(s, req->offset, req->len, false, &host);
@@ -257,14 +267,16 @@ static int qc_read_fast(struct blk_node *bs, struct qc_state *s, struct blk_requ
 		pthread_mutex_unlock(&s->lock);
 		iov_memset(req->iov, req->iovcnt, 0, 0, req->len);
 		blk_complete_deferred(req, 0);
-		return 0;
+		*ret = 0;
+		return QC_FAST_TAKEN;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!hit)
-		return 1;
+		return QC_FAST_SLOW;
 	if (s->data_external)
-		return qc_read_child(bs, s, req, host);
-	return blk_forward_shift(bs, req, host - req->offset);
+		return qc_read_child(bs, s, req, host, ret);
+	*ret = blk_forward_shift(bs, req, host - req->offset);
+	return QC_FAST_TAKEN;
 }
 
 static void qc_fwd_done(struct blk_request *c, int ret)
@@ -280,34 +292,37 @@ static void qc_fwd_done(struct blk_request *c, int ret)
 	blk_complete(p, ret);
 }
 
-static int qc_write_fast(struct blk_node *bs, struct qc_state *s, struct blk_request *req)
+static enum qc_fast qc_write_fast(struct blk_node *bs, struct qc_state *s, struct blk_request *req,
+				  int *ret)
 {
 	struct qc_thread *t = blk_thread_state(bs, req->loop, qc_thread_new);
 	struct qc_fwd *f;
 	uint64_t host;
 
 	if (!t)
-		return 1;
+		return QC_FAST_NOMEM;
 	f = t->free;
 	if (!f && !(f = calloc(1, sizeof(*f))))
-		return 1;
+		return QC_FAST_NOMEM;
 	pthread_mutex_lock(&s->lock);
 	if (!qc_fast_map(s, req->offset, req->len, true, &host)) {
 		pthread_mutex_unlock(&s->lock);
 		if (f != t->free)
 			free(f);
-		return 1;
+		return QC_FAST_SLOW;
 	}
 	qc_wr_begin(s, &f->epoch);
 	pthread_mutex_unlock(&s->lock);
 	if (f == t->free)
 		t->free = f->next;
-	return qc_fwd_submit(s, t, f, req, host, false);
+	*ret = qc_fwd_submit(s, t, f, req, host, false);
+	return QC_FAST_TAKEN;
 }
 
 static int qc_submit(struct blk_node *bs, struct blk_request *req)
 {
 	struct qc_state *s = bs->opaque;
+	enum qc_fast fast = QC_FAST_SLOW;
 	int ret;
 
 	/* Nothing is written once corruption was found (see qc_corrupt); a
@@ -315,15 +330,12 @@ static int qc_submit(struct blk_node *bs, struct blk_request *req)
 	if (req->op != BLK_OP_READ && req->op != BLK_OP_BLOCK_STATUS && req->op != BLK_OP_FLUSH &&
 	    !bs->read_only && __atomic_load_n(&s->corrupt, __ATOMIC_ACQUIRE))
 		return -EIO;
-	if (req->op == BLK_OP_READ) {
-		ret = qc_read_fast(bs, s, req);
-		if (ret <= 0)
-			return ret;
-	} else if (req->op == BLK_OP_WRITE && s->fast_write) {
-		ret = qc_write_fast(bs, s, req);
-		if (ret <= 0)
-			return ret;
-	}
+	if (req->op == BLK_OP_READ)
+		fast = qc_read_fast(bs, s, req, &ret);
+	else if (req->op == BLK_OP_WRITE && s->fast_write)
+		fast = qc_write_fast(bs, s, req, &ret);
+	if (fast == QC_FAST_TAKEN)
+		return ret;
 	return qc_submit_slow(s, req);
 }
 

@@ -475,12 +475,16 @@ static bool qc_zero_entry(struct qc_state *s, uint64_t e, uint64_t bm, bool unma
 	return true;
 }
 
-static int qc_zero_cluster(struct qc_state *s, uint64_t gc, uint32_t flags, bool discard)
+/* Zero (or discard) guest cluster gc in its L2 entry: 0 or -errno; *buffers
+ * when the format cannot express it and zero buffers must be written. */
+static int qc_zero_cluster(struct qc_state *s, uint64_t gc, uint32_t flags, bool discard,
+			   bool *buffers)
 {
 	uint64_t e, bm, ne, nbm;
 	bool unmap = discard || (flags & BLK_F_MAY_UNMAP);
 	int ret;
 
+	*buffers = false;
 	qc_co_lock(s, &s->meta);
 	do {
 		ret = qc_l2_get(s, gc, &e, &bm);
@@ -497,7 +501,7 @@ static int qc_zero_cluster(struct qc_state *s, uint64_t gc, uint32_t flags, bool
 	if (ret)
 		goto out;
 	if (!qc_zero_entry(s, e, bm, unmap, discard, &ne, &nbm)) {
-		ret = discard ? 0 : 1; /* 1: write zero buffers */
+		*buffers = !discard;
 		goto out;
 	}
 	if (ne == e && nbm == bm)
@@ -531,6 +535,7 @@ int qc_co_zero(struct qc_state *s, uint64_t off, uint64_t len, uint32_t flags, b
 {
 	uint64_t end = off + len, a = qc_align_up(off, s->cluster_size);
 	uint64_t b = qc_align_down(end, s->cluster_size);
+	bool buffers;
 	int ret = 0;
 
 	/* Cluster fragments at either end: discard ignores them (advisory),
@@ -543,14 +548,14 @@ int qc_co_zero(struct qc_state *s, uint64_t off, uint64_t len, uint32_t flags, b
 	}
 	if (!discard && off < a)
 		ret = qc_zero_buffers(s, off, a - off);
-	for (uint64_t c = a; ret >= 0 && c < b; c += s->cluster_size) {
-		ret = qc_zero_cluster(s, c >> s->cluster_bits, flags, discard);
-		if (ret == 1)
+	for (uint64_t c = a; ret == 0 && c < b; c += s->cluster_size) {
+		ret = qc_zero_cluster(s, c >> s->cluster_bits, flags, discard, &buffers);
+		if (ret == 0 && buffers)
 			ret = qc_zero_buffers(s, c, (c + s->cluster_size > end ? end : c + s->cluster_size) - c);
 	}
-	if (ret >= 0 && !discard && b < end)
+	if (ret == 0 && !discard && b < end)
 		ret = qc_zero_buffers(s, b, end - b);
-	return ret < 0 ? ret : 0;
+	return ret;
 }
 
 /* ---- block status ---- */
