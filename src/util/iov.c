@@ -29,55 +29,48 @@ static int iov_seek(const struct iovec *iov, int cnt, size_t *off)
 	return i;
 }
 
-size_t iov_to_buf(const struct iovec *iov, int cnt, size_t off, void *buf, size_t len)
+enum iov_dir { IOV_TO_BUF, IOV_FROM_BUF, IOV_FILL };
+
+/* The one walk behind the copies: len bytes from byte `off` of the iovec,
+ * each piece copied to buf, from buf, or filled with c. */
+static size_t iov_walk(const struct iovec *iov, int cnt, size_t off, void *buf, int c, size_t len,
+		       enum iov_dir dir)
 {
 	size_t done = 0, n;
 	int i;
 
 	for (i = iov_seek(iov, cnt, &off); i < cnt && done < len; i++, off = 0) {
+		char *p = (char *)iov[i].iov_base + off;
+
 		n = iov[i].iov_len - off;
 		if (n > len - done)
 			n = len - done;
 		if (n == 0)
 			continue; /* empty entry: its base may be NULL */
-		memcpy((char *)buf + done, (char *)iov[i].iov_base + off, n);
+		if (dir == IOV_TO_BUF)
+			memcpy((char *)buf + done, p, n);
+		else if (dir == IOV_FROM_BUF)
+			memcpy(p, (const char *)buf + done, n);
+		else
+			memset(p, c, n);
 		done += n;
 	}
 	return done;
+}
+
+size_t iov_to_buf(const struct iovec *iov, int cnt, size_t off, void *buf, size_t len)
+{
+	return iov_walk(iov, cnt, off, buf, 0, len, IOV_TO_BUF);
 }
 
 size_t iov_from_buf(const struct iovec *iov, int cnt, size_t off, const void *buf, size_t len)
 {
-	size_t done = 0, n;
-	int i;
-
-	for (i = iov_seek(iov, cnt, &off); i < cnt && done < len; i++, off = 0) {
-		n = iov[i].iov_len - off;
-		if (n > len - done)
-			n = len - done;
-		if (n == 0)
-			continue; /* empty entry: its base may be NULL */
-		memcpy((char *)iov[i].iov_base + off, (const char *)buf + done, n);
-		done += n;
-	}
-	return done;
+	return iov_walk(iov, cnt, off, (void *)buf, 0, len, IOV_FROM_BUF);
 }
 
 size_t iov_memset(const struct iovec *iov, int cnt, size_t off, int c, size_t len)
 {
-	size_t done = 0, n;
-	int i;
-
-	for (i = iov_seek(iov, cnt, &off); i < cnt && done < len; i++, off = 0) {
-		n = iov[i].iov_len - off;
-		if (n > len - done)
-			n = len - done;
-		if (n == 0)
-			continue; /* empty entry: its base may be NULL */
-		memset((char *)iov[i].iov_base + off, c, n);
-		done += n;
-	}
-	return done;
+	return iov_walk(iov, cnt, off, NULL, c, len, IOV_FILL);
 }
 
 /* Also -1 when [off, off+len) reaches past the end of src: a short slice would
@@ -105,43 +98,43 @@ int iov_slice(struct iovec *dst, int dst_cap, const struct iovec *src, int cnt, 
 }
 
 /* align 0 or 1 accepts everything. */
-int iov_is_aligned(const struct iovec *iov, int cnt, size_t align)
+bool iov_is_aligned(const struct iovec *iov, int cnt, size_t align)
 {
 	int i;
 
 	if (align <= 1)
-		return 1;
+		return true;
 	for (i = 0; i < cnt; i++) {
 		if ((uintptr_t)iov[i].iov_base % align || iov[i].iov_len % align)
-			return 0;
+			return false;
 	}
-	return 1;
+	return true;
 }
 
 #define IOV_ZERO_HEAD 16
 
 /* Once the first 16 bytes are known zero, comparing the buffer with itself
  * shifted by 16 proves the rest zero by induction, at libc memcmp speed. */
-static int iov_buf_is_zero(const unsigned char *p, size_t len)
+static bool iov_buf_is_zero(const unsigned char *p, size_t len)
 {
 	size_t i, head = len < IOV_ZERO_HEAD ? len : IOV_ZERO_HEAD;
 
 	for (i = 0; i < head; i++) {
 		if (p[i])
-			return 0;
+			return false;
 	}
 	if (len <= IOV_ZERO_HEAD)
-		return 1;
+		return true;
 	return memcmp(p, p + IOV_ZERO_HEAD, len - IOV_ZERO_HEAD) == 0;
 }
 
-int iov_is_zero(const struct iovec *iov, int cnt)
+bool iov_is_zero(const struct iovec *iov, int cnt)
 {
 	int i;
 
 	for (i = 0; i < cnt; i++) {
 		if (!iov_buf_is_zero(iov[i].iov_base, iov[i].iov_len))
-			return 0;
+			return false;
 	}
-	return 1;
+	return true;
 }

@@ -2,6 +2,7 @@
 #ifndef IOPLANE_IOV_H
 #define IOPLANE_IOV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -15,8 +16,8 @@ size_t iov_memset(const struct iovec *iov, int cnt, size_t off, int c, size_t le
  * number of entries or -1 if dst is too small. */
 int iov_slice(struct iovec *dst, int dst_cap, const struct iovec *src, int cnt, size_t off, size_t len);
 /* True if every base and length is a multiple of align. */
-int iov_is_aligned(const struct iovec *iov, int cnt, size_t align);
+bool iov_is_aligned(const struct iovec *iov, int cnt, size_t align);
 /* True if the whole iovec reads as zero bytes. */
-int iov_is_zero(const struct iovec *iov, int cnt);
+bool iov_is_zero(const struct iovec *iov, int cnt);
 
 #endif
