@@ -10,9 +10,6 @@
 #include "export/vhost-user.h"
 #include "loop/loop.h"
 
-/* A handler's result meaning "waiting for queues to stop; run me again". */
-#define VU_ASYNC 1
-
 struct vu_reply {
 	uint32_t size;
 	int fd; /* sent with the reply when >= 0, then closed */
@@ -33,8 +30,12 @@ struct vu_dev {
 	unsigned nrunning;
 	uint64_t features, protocol_features;
 	struct vring_mem mem;
-	/* Set from the SIGBUS handler (any thread) when the front-end shrank a
-	 * file we map (memory or inflight area): its queues stop (broken). */
+	/* Set to 1 by mapguard's SIGBUS handler (util/mapguard.c), on whichever
+	 * thread touched the page, when the front-end shrank a file behind a
+	 * guarded mapping of this connection (guest memory, or an inflight
+	 * area it gave us); the mapping then reads zero pages. Never cleared:
+	 * the device's queues stop (broken) when they see it, and stay so
+	 * until the front-end reconnects. */
 	atomic_int mem_faulted;
 
 	/* Inflight area (GET/SET_INFLIGHT_FD): nq queues of qsize entries. */
@@ -57,8 +58,15 @@ struct vu_dev {
 	bool closing;
 };
 
-/* 0 when no queue runs; VU_ASYNC after asking all running queues to stop. */
-int vu_stop_all(struct vu_dev *d);
+/* Message handlers (vu_h_*, h_* in vhost-user.c) return 0 or -errno. One
+ * that must wait for queues to stop, or for a device to take new fds,
+ * returns vu_msg_wait(d) (0, with d->busy set): the socket is not read
+ * meanwhile, and once `pending` is back at 0 the handler runs again (or
+ * d->resume, which then only finishes the message). */
+int vu_msg_wait(struct vu_dev *d);
+/* Stop every running queue: true when none runs any more, false when some
+ * stops finish later (vu_queue_stopped). */
+bool vu_stop_all(struct vu_dev *d);
 /* Start every queue that is ready to run (after a memory change). */
 int vu_start_ready(struct vu_dev *d);
 /* Take fds[i] from the message (the caller now owns it). */

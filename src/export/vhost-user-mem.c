@@ -2,9 +2,11 @@
  * REM_MEM_REG, GET_MAX_MEM_SLOTS, GET_INFLIGHT_FD, SET_INFLIGHT_FD. Regions
  * are mapped whole (from file offset 0, so that hugetlbfs alignment holds)
  * after checking that the file really is that large (touching a mapping past
- * the end of its file would kill the daemon with SIGBUS) and not on FUSE. The front-end may
- * still shrink the file later, so every mapping is also guarded (mapguard.h):
- * a fault then reads zero pages and stops the device's queues.
+ * the end of its file would kill the daemon with SIGBUS) and not on FUSE.
+ * The front-end may still shrink the file later, so every memory region is
+ * also guarded (mapguard.h; without a free guard slot it is refused), and
+ * the inflight area too while slots last: a fault then reads zero pages and
+ * sets d->mem_faulted, which stops the device's queues.
  *
  * THREADING RULE: control loop only; mappings change only while no queue of
  * the connection runs (every handler here stops them first). */
@@ -149,9 +151,8 @@ int vu_h_set_mem_table(struct vu_dev *d, struct vu_reply *rep)
 	if (t.nregions > VU_MEM_TABLE_MAX || d->hdr.size != 8 + t.nregions * sizeof(t.r[0]) ||
 	    d->nfds != t.nregions)
 		return -EINVAL;
-	ret = vu_stop_all(d);
-	if (ret)
-		return ret;
+	if (!vu_stop_all(d))
+		return vu_msg_wait(d);
 	for (i = 0; i < t.nregions; i++) {
 		ret = mem_add(&m, &t.r[i], d->fds[i], &d->mem_faulted);
 		if (ret < 0) {
@@ -185,9 +186,8 @@ int vu_h_add_mem_reg(struct vu_dev *d, struct vu_reply *rep)
 	memcpy(&s, d->payload, sizeof(s));
 	if (find_region(&d->mem, &s.r) >= 0)
 		return 0; /* already there */
-	ret = vu_stop_all(d);
-	if (ret)
-		return ret;
+	if (!vu_stop_all(d))
+		return vu_msg_wait(d);
 	ret = mem_add(&d->mem, &s.r, d->fds[0], &d->mem_faulted);
 	return ret < 0 ? ret : vu_start_ready(d);
 }
@@ -195,7 +195,7 @@ int vu_h_add_mem_reg(struct vu_dev *d, struct vu_reply *rep)
 int vu_h_rem_mem_reg(struct vu_dev *d, struct vu_reply *rep)
 {
 	struct vu_mem_single s;
-	int i, ret;
+	int i;
 
 	(void)rep;
 	/* "the back-end MAY accept messages with one file descriptor ...
@@ -206,9 +206,8 @@ int vu_h_rem_mem_reg(struct vu_dev *d, struct vu_reply *rep)
 	i = find_region(&d->mem, &s.r);
 	if (i < 0)
 		return -ENOENT;
-	ret = vu_stop_all(d);
-	if (ret)
-		return ret;
+	if (!vu_stop_all(d))
+		return vu_msg_wait(d);
 	region_unmap(&d->mem.r[i]);
 	d->mem.r[i] = d->mem.r[--d->mem.nregions];
 	memset(&d->mem.r[d->mem.nregions], 0, sizeof(d->mem.r[0]));
@@ -274,10 +273,10 @@ int vu_h_get_inflight_fd(struct vu_dev *d, struct vu_reply *rep)
 	void *p;
 	int fd, ret = inflight_msg(d, &m);
 
-	if (ret == 0)
-		ret = vu_stop_all(d);
 	if (ret)
 		return ret;
+	if (!vu_stop_all(d))
+		return vu_msg_wait(d);
 	len = m.num_queues * vring_inflight_size(m.queue_size);
 	fd = memfd_create("ioplane-inflight", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
@@ -316,10 +315,10 @@ int vu_h_set_inflight_fd(struct vu_dev *d, struct vu_reply *rep)
 	    m.mmap_offset > VU_INFLIGHT_MAX)
 		return -EINVAL;
 	ret = fd_covers(d->fds[0], m.mmap_offset + m.mmap_size);
-	if (ret == 0)
-		ret = vu_stop_all(d);
 	if (ret)
 		return ret;
+	if (!vu_stop_all(d))
+		return vu_msg_wait(d);
 	p = mmap(NULL, (size_t)m.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, d->fds[0],
 		 (off_t)m.mmap_offset);
 	if (p == MAP_FAILED)

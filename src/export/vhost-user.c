@@ -106,25 +106,27 @@ static void vq_stopped(struct vu_dev *d, struct vu_vq *vq)
 	d->nrunning--;
 }
 
-/* 0: stopped (or was not running); VU_ASYNC: the device finishes later. */
-static int vq_stop(struct vu_dev *d, unsigned idx)
+/* True when the queue is stopped (or was not running); false when the
+ * device finishes the stop later (vu_queue_stopped). */
+static bool vq_stop(struct vu_dev *d, unsigned idx)
 {
 	struct vu_vq *vq = &d->vqs[idx];
 
 	if (!vq->running)
-		return 0;
+		return true;
 	if (vq->stopping)
-		return VU_ASYNC;
+		return false;
 	vq->stopping = true;
 	if (d->ops->queue_stop(d->opaque, d, idx) > 0) {
 		d->pending++;
-		return VU_ASYNC;
+		return false;
 	}
 	vq_stopped(d, vq);
-	return 0;
+	return true;
 }
 
-/* Bring one queue to the state its configuration asks for. */
+/* Bring one queue to the state its configuration asks for: 0, or -errno
+ * when it cannot start. A stop may finish later (vq->stopping). */
 static int vq_update(struct vu_dev *d, unsigned idx)
 {
 	struct vu_vq *vq = &d->vqs[idx];
@@ -133,19 +135,19 @@ static int vq_update(struct vu_dev *d, unsigned idx)
 	if (want && !vq->running)
 		return vq_start(d, idx);
 	if (!want && vq->running)
-		return vq_stop(d, idx);
+		vq_stop(d, idx);
 	return 0;
 }
 
-int vu_stop_all(struct vu_dev *d)
+bool vu_stop_all(struct vu_dev *d)
 {
 	unsigned i;
 
 	if (!d->nrunning)
-		return 0;
+		return true;
 	for (i = 0; i < d->num_queues; i++)
 		vq_stop(d, i);
-	return d->nrunning ? VU_ASYNC : 0;
+	return !d->nrunning;
 }
 
 int vu_start_ready(struct vu_dev *d)
@@ -178,23 +180,52 @@ static void vq_reset(struct vu_vq *vq)
 
 /* ---- per-queue messages ------------------------------------------------------ */
 
-/* The queue a vring message names, or NULL. Stops it first when `stop` (the
- * message changes what a running queue uses): *async is then VU_ASYNC. */
-static struct vu_vq *msg_vq(struct vu_dev *d, uint32_t index, bool stop, int *async)
+/* Handlers return 0 or -errno. One that must wait for queues to stop (or
+ * for a device to take new fds) returns vu_msg_wait(): the socket is not read
+ * meanwhile, and the message is handled again (or d->resume runs) once
+ * `pending` is back at 0. */
+int vu_msg_wait(struct vu_dev *d)
 {
-	*async = 0;
+	d->busy = true;
+	return 0;
+}
+
+/* The message's queue changes from `set` on (SET_VRING_NUM/ADDR/BASE): stop
+ * it first (waiting if that takes time), apply, start it again if it may. */
+static int msg_set_vring(struct vu_dev *d, uint32_t index,
+			 void (*set)(struct vu_vq *vq, const void *msg), const void *msg)
+{
 	if (index >= d->num_queues)
-		return NULL;
-	if (stop)
-		*async = vq_stop(d, index);
-	return &d->vqs[index];
+		return -EINVAL;
+	if (!vq_stop(d, index))
+		return vu_msg_wait(d);
+	set(&d->vqs[index], msg);
+	return vq_update(d, index);
+}
+
+static void set_num(struct vu_vq *vq, const void *msg)
+{
+	vq->vr.num = (uint16_t)((const struct vu_vring_state *)msg)->num;
+}
+
+static void set_base(struct vu_vq *vq, const void *msg)
+{
+	vq->vr.last_avail = (uint16_t)((const struct vu_vring_state *)msg)->num;
+}
+
+static void set_addr(struct vu_vq *vq, const void *msg)
+{
+	const struct vu_vring_addr *a = msg;
+
+	vq->desc_uva = a->desc;
+	vq->avail_uva = a->avail;
+	vq->used_uva = a->used;
+	vq->have_addr = true;
 }
 
 static int h_set_vring_num(struct vu_dev *d, struct vu_reply *rep)
 {
 	struct vu_vring_state s;
-	struct vu_vq *vq;
-	int async;
 
 	(void)rep;
 	memcpy(&s, d->payload, sizeof(s));
@@ -202,66 +233,40 @@ static int h_set_vring_num(struct vu_dev *d, struct vu_reply *rep)
 	 * anything stops: a bad message leaves a running queue alone. */
 	if (!s.num || s.num > VRING_MAX_SIZE || (s.num & (s.num - 1)))
 		return -EINVAL;
-	vq = msg_vq(d, s.index, true, &async);
-	if (!vq)
-		return -EINVAL;
-	if (async)
-		return async;
-	vq->vr.num = (uint16_t)s.num;
-	return vq_update(d, s.index);
+	return msg_set_vring(d, s.index, set_num, &s);
 }
 
 static int h_set_vring_addr(struct vu_dev *d, struct vu_reply *rep)
 {
 	struct vu_vring_addr a;
-	struct vu_vq *vq;
-	int async;
 
 	(void)rep;
 	memcpy(&a, d->payload, sizeof(a));
-	vq = msg_vq(d, a.index, true, &async);
-	if (!vq)
-		return -EINVAL;
-	if (async)
-		return async;
-	vq->desc_uva = a.desc;
-	vq->avail_uva = a.avail;
-	vq->used_uva = a.used;
-	vq->have_addr = true;
-	return vq_update(d, a.index);
+	return msg_set_vring(d, a.index, set_addr, &a);
 }
 
 static int h_set_vring_base(struct vu_dev *d, struct vu_reply *rep)
 {
 	struct vu_vring_state s;
-	struct vu_vq *vq;
-	int async;
 
 	(void)rep;
 	memcpy(&s, d->payload, sizeof(s));
 	if (s.num > 0xffff)
 		return -EINVAL;
-	vq = msg_vq(d, s.index, true, &async);
-	if (!vq)
-		return -EINVAL;
-	if (async)
-		return async;
-	vq->vr.last_avail = (uint16_t)s.num;
-	return vq_update(d, s.index);
+	return msg_set_vring(d, s.index, set_base, &s);
 }
 
 static int h_get_vring_base(struct vu_dev *d, struct vu_reply *rep)
 {
 	struct vu_vring_state s;
 	struct vu_vq *vq;
-	int async;
 
 	memcpy(&s, d->payload, sizeof(s));
-	vq = msg_vq(d, s.index, true, &async);
-	if (!vq)
+	if (s.index >= d->num_queues)
 		return -EINVAL;
-	if (async)
-		return async;
+	if (!vq_stop(d, s.index))
+		return vu_msg_wait(d);
+	vq = &d->vqs[s.index];
 	/* The ring is stopped until the next SET_VRING_KICK. */
 	s.num = vq->vr.last_avail;
 	close_fd(&vq->kick_fd);
@@ -305,7 +310,7 @@ static int vq_hand_over(struct vu_dev *d, unsigned idx, int *slot, bool nofd)
 	struct vu_vq *vq = &d->vqs[idx];
 
 	if (vq->stopping)
-		return VU_ASYNC; /* handled again once stopped */
+		return vu_msg_wait(d); /* handled again once stopped */
 	vq->retired_fd = *slot; /* one at a time: the socket waits meanwhile */
 	*slot = nofd ? -1 : vu_take_fd(d, 0);
 	if (d->ops->queue_set_fds(d->opaque, d, idx) <= 0) {
@@ -314,7 +319,7 @@ static int vq_hand_over(struct vu_dev *d, unsigned idx, int *slot, bool nofd)
 	}
 	d->pending++;
 	d->resume = h_fds_handed_over;
-	return VU_ASYNC;
+	return vu_msg_wait(d);
 }
 
 /* SET_VRING_KICK/CALL/ERR: u64 with the index in bits 0-7 and the "no fd"
@@ -325,7 +330,7 @@ static int h_set_vring_fd(struct vu_dev *d, int which)
 	bool nofd = v & VHOST_USER_VRING_NOFD;
 	unsigned idx = (unsigned)(v & VHOST_USER_VRING_IDX_MASK);
 	struct vu_vq *vq;
-	int async, *slot;
+	int *slot;
 
 	if ((v & ~(uint64_t)(VHOST_USER_VRING_IDX_MASK | VHOST_USER_VRING_NOFD)) ||
 	    d->nfds != (nofd ? 0u : 1u) || idx >= d->num_queues)
@@ -343,9 +348,8 @@ static int h_set_vring_fd(struct vu_dev *d, int which)
 	if (which != VHOST_USER_SET_VRING_KICK && vq->running)
 		return vq_hand_over(d, idx, slot, nofd);
 	/* A new kick fd changes what the queue's loop watches: stop it first. */
-	msg_vq(d, idx, which == VHOST_USER_SET_VRING_KICK, &async);
-	if (async)
-		return async;
+	if (which == VHOST_USER_SET_VRING_KICK && !vq_stop(d, idx))
+		return vu_msg_wait(d);
 	close_fd(slot);
 	if (!nofd)
 		*slot = vu_take_fd(d, 0);
@@ -374,17 +378,16 @@ static int h_set_vring_enable(struct vu_dev *d, struct vu_reply *rep)
 {
 	struct vu_vring_state s;
 	struct vu_vq *vq;
-	int async;
 
 	(void)rep;
 	memcpy(&s, d->payload, sizeof(s));
-	if (!(d->features & VU_F_PROTOCOL) || s.num > 1)
+	if (!(d->features & VU_F_PROTOCOL) || s.num > 1 || s.index >= d->num_queues)
 		return -EINVAL;
-	/* Enabling needs no stop; disabling stops through vq_update. */
-	vq = msg_vq(d, s.index, false, &async);
-	if (!vq)
-		return -EINVAL;
+	vq = &d->vqs[s.index];
 	vq->enabled = s.num;
+	/* Enabling needs no stop; disabling does, and waits for it. */
+	if (vq->running && !vq_wants_run(d, vq))
+		return vq_stop(d, s.index) ? 0 : vu_msg_wait(d);
 	return vq_update(d, s.index);
 }
 
@@ -410,17 +413,13 @@ static int h_get_features(struct vu_dev *d, struct vu_reply *rep)
 static int h_set_features(struct vu_dev *d, struct vu_reply *rep)
 {
 	uint64_t f = d->payload[0];
-	int ret;
 
 	(void)rep;
 	if (f & ~offered_features(d))
 		return -EINVAL;
 	/* Rings use the features when they start: restart running ones. */
-	if (f != d->features) {
-		ret = vu_stop_all(d);
-		if (ret)
-			return ret;
-	}
+	if (f != d->features && !vu_stop_all(d))
+		return vu_msg_wait(d);
 	d->features = f;
 	return vu_start_ready(d);
 }
@@ -457,10 +456,9 @@ static int h_set_owner(struct vu_dev *d, struct vu_reply *rep)
 static int reset(struct vu_dev *d, bool device)
 {
 	unsigned i;
-	int ret = vu_stop_all(d);
 
-	if (ret)
-		return ret;
+	if (!vu_stop_all(d))
+		return vu_msg_wait(d);
 	for (i = 0; i < d->num_queues; i++)
 		vq_reset(&d->vqs[i]);
 	if (device) {
@@ -628,25 +626,32 @@ static int take_cmsg_fds(struct vu_dev *d, struct msghdr *mh)
 	return ret;
 }
 
-/* 1: a whole message is in; 0: wait for more; -errno: drop the connection. */
+/* Bytes of the message being received that are still missing. */
+static size_t msg_missing(const struct vu_dev *d)
+{
+	size_t want = d->have < VU_HDR_SIZE ? VU_HDR_SIZE : VU_HDR_SIZE + d->hdr.size;
+
+	return want - d->have;
+}
+
+/* Receive what the socket has of the current message, up to its end: 0 (a
+ * whole message is in when msg_missing() is 0; else wait for more), or
+ * -errno: drop the connection. */
 static int vu_recv(struct vu_dev *d)
 {
 	union {
 		char buf[CMSG_SPACE(VU_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
-	for (;;) {
-		size_t want = d->have < VU_HDR_SIZE ? VU_HDR_SIZE : VU_HDR_SIZE + d->hdr.size;
+	while (msg_missing(d)) {
 		char *dst = d->have < VU_HDR_SIZE ? (char *)&d->hdr + d->have :
 						    (char *)d->payload + (d->have - VU_HDR_SIZE);
-		struct iovec iov = {dst, want - d->have};
+		struct iovec iov = {dst, msg_missing(d)};
 		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
 				    .msg_controllen = sizeof(u.buf)};
 		ssize_t n;
 		int ret;
 
-		if (d->have == want)
-			return 1;
 		n = recvmsg(d->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 		if (n < 0)
 			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
@@ -659,6 +664,7 @@ static int vu_recv(struct vu_dev *d)
 		if (d->have == VU_HDR_SIZE && d->hdr.size > VU_MAX_PAYLOAD)
 			return -EMSGSIZE;
 	}
+	return 0;
 }
 
 static void msg_reset(struct vu_dev *d)
@@ -713,7 +719,7 @@ static int msg_finish(struct vu_dev *d, const struct vu_handler *h, int ret, str
 	return ret < 0 ? ret : sret;
 }
 
-/* 0: done with this message; VU_ASYNC: it waits; -errno: close. */
+/* 0: done with this message, or it waits (d->busy); -errno: close. */
 static int msg_handle(struct vu_dev *d)
 {
 	const struct vu_handler *h = msg_handler(d);
@@ -724,10 +730,9 @@ static int msg_handle(struct vu_dev *d)
 		log_debug("%s: %s", d->name, h->name);
 		ret = h->fn(d, &rep);
 	}
-	if (ret == VU_ASYNC) {
-		d->busy = true;
+	if (d->busy) {
 		vu_watch(d, false);
-		return VU_ASYNC;
+		return 0;
 	}
 	return msg_finish(d, h, ret, &rep);
 }
@@ -750,9 +755,9 @@ static void vu_read_cb(struct loop_fd *h, uint32_t revents)
 	(void)revents;
 	for (n = 0; n < VU_MSGS_PER_ROUND && !d->busy && !d->closing; n++) {
 		ret = vu_recv(d);
-		if (ret == 0)
+		if (ret == 0 && msg_missing(d))
 			return;
-		if (ret > 0)
+		if (ret == 0)
 			ret = msg_handle(d);
 		if (ret < 0) {
 			vu_drop(d, ret);
@@ -784,10 +789,10 @@ static void vu_resume(struct vu_dev *d)
 	int ret;
 
 	d->resume = NULL;
-	ret = fn(d, &rep);
-	if (ret == VU_ASYNC)
-		return;
 	d->busy = false;
+	ret = fn(d, &rep);
+	if (d->busy)
+		return;
 	ret = msg_finish(d, h, ret, &rep);
 	if (ret < 0) {
 		vu_drop(d, ret);
@@ -870,7 +875,7 @@ void vu_dev_close(struct vu_dev *d)
 		return;
 	d->closing = true;
 	vu_watch(d, false);
-	if (vu_stop_all(d) == 0 && !d->pending)
+	if (vu_stop_all(d) && !d->pending)
 		vu_finalize(d);
 }
 

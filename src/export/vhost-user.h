@@ -180,8 +180,9 @@ struct vu_vq *vu_dev_vq(struct vu_dev *d, unsigned idx);
 uint64_t vu_dev_features(const struct vu_dev *d); /* negotiated */
 void vu_queue_stopped(struct vu_dev *d, unsigned idx);
 void vu_queue_fds_done(struct vu_dev *d, unsigned idx);
-/* Becomes non-zero (from any thread) when a file the front-end gave us was
- * shrunk under our mapping; the device's queues must stop. */
+/* Becomes non-zero (from any thread: the SIGBUS handler of util/mapguard.c)
+ * when a file the front-end gave us was shrunk under our mapping, and stays
+ * so for the rest of the connection; the device's queues must stop. */
 atomic_int *vu_dev_mem_faulted(struct vu_dev *d);
 
 /* Fuzz entry point: feeds data as a front-end's message stream to a
