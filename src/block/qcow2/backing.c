@@ -166,32 +166,10 @@ int qc_backing_read(struct qc_state *s, uint64_t off, uint64_t len, const struct
 		    int iovcnt, size_t iov_off)
 {
 	uint64_t n = !s->backing || off >= s->backing_size ? 0 : s->backing_size - off;
-	struct iovec small[16], *v = small;
-	int k, ret = 0;
 
 	if (n > len)
 		n = len;
 	if (n < len)
 		iov_memset(iov, iovcnt, iov_off + n, 0, len - n);
-	if (!n)
-		return 0;
-	if (iovcnt > 16) {
-		v = malloc((size_t)iovcnt * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-	}
-	k = iov_slice(v, iovcnt > 16 ? iovcnt : 16, iov, iovcnt, iov_off, n);
-	if (k < 0) {
-		ret = -EINVAL;
-	} else {
-		struct qc_batch b;
-		struct qc_child c;
-
-		qc_batch_init(&b);
-		qc_batch_add(&b, &c, s->backing, BLK_OP_READ, off, v, k, n, 0);
-		ret = qc_batch_wait(&b);
-	}
-	if (v != small)
-		free(v);
-	return ret;
+	return n ? qc_co_rw_iov(s->backing, BLK_OP_READ, off, n, iov, iovcnt, iov_off) : 0;
 }

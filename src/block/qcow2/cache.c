@@ -212,8 +212,7 @@ void qc_cache_forget(struct qc_state *s, struct qc_cache *c, uint64_t off, uint6
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* Write every dirty slice, QC_WB_BATCH at a time in parallel. meta held, so
- * nobody changes a slice while it is written. */
+/* Mark a slice dirty or clean (lock taken here). */
 static void qc_cache_set_dirty(struct qc_state *s, struct qc_cache *c, struct qc_slot *sl, bool d)
 {
 	pthread_mutex_lock(&s->lock);
@@ -269,6 +268,49 @@ int qc_cache_writeback(struct qc_state *s, struct qc_cache *c)
 	return ret;
 }
 
+/* ---- tables kept whole in memory (L1, refcount table) ---- */
+
+bool qc_table_is_dirty(const uint8_t *dirty, uint64_t n)
+{
+	uint64_t i;
+
+	for (i = 0; dirty && i < (n + QC_TABLE_CHUNK - 1) / QC_TABLE_CHUNK; i++)
+		if (dirty[i])
+			return true;
+	return false;
+}
+
+/* A chunk is copied under s->lock (the fast paths read the L1 table under
+ * it) and written without; a chunk that fails to write stays dirty. */
+int qc_table_write_dirty(struct qc_state *s, const uint64_t *tab, uint64_t n, uint8_t *dirty,
+			 uint64_t off)
+{
+	uint64_t nchunks = (n + QC_TABLE_CHUNK - 1) / QC_TABLE_CHUNK, i, j, k;
+	uint8_t *buf;
+	int ret = qc_file_whole(s);
+
+	if (ret)
+		return ret;
+	buf = qc_alloc_buf(QC_TABLE_CHUNK * 8);
+	if (!buf)
+		return -ENOMEM;
+	for (i = 0; i < nchunks && ret == 0; i++) {
+		if (!dirty[i])
+			continue;
+		k = n - i * QC_TABLE_CHUNK < QC_TABLE_CHUNK ? n - i * QC_TABLE_CHUNK : QC_TABLE_CHUNK;
+		pthread_mutex_lock(&s->lock);
+		for (j = 0; j < k; j++)
+			qc_wr64(buf + j * 8, tab[i * QC_TABLE_CHUNK + j]);
+		dirty[i] = 0;
+		pthread_mutex_unlock(&s->lock);
+		ret = qc_co_pwrite(s->file, off + i * QC_TABLE_CHUNK * 8, buf, k * 8);
+		if (ret)
+			dirty[i] = 1;
+	}
+	free(buf);
+	return ret;
+}
+
 static int qc_flush_files(struct qc_state *s)
 {
 	int ret = 0;
@@ -286,12 +328,10 @@ static int qc_flush_files(struct qc_state *s)
  * them. With lazy refcounts the dirty bit replaces the first step. */
 int qc_metadata_writeback(struct qc_state *s, bool data_too)
 {
-	bool l1_dirty = false, l2_dirty = s->l2c.ndirty != 0, rct_dirty = qc_rct_is_dirty(s);
-	uint32_t i;
+	bool l1_dirty = qc_table_is_dirty(s->l1_dirty, s->l1_size);
+	bool l2_dirty = s->l2c.ndirty != 0, rct_dirty = qc_rct_is_dirty(s);
 	int ret = 0;
 
-	for (i = 0; s->l1_dirty && i < (s->l1_size * 8 + 4095) / 4096; i++)
-		l1_dirty |= s->l1_dirty[i] != 0;
 	if (!l1_dirty && !l2_dirty && !s->rbc.ndirty && !rct_dirty)
 		return data_too ? qc_flush_files(s) : 0;
 	/* A corrupt image gets no metadata built on what was found wrong: what

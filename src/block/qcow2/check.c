@@ -508,7 +508,7 @@ static void ck_copied(struct ck *k)
 			if (k->fix_copied) {
 				pthread_mutex_lock(&s->lock);
 				s->l1[i] ^= QC_OFLAG_COPIED;
-				s->l1_dirty[i * 8 / 4096] = 1;
+				s->l1_dirty[i / QC_TABLE_CHUNK] = 1;
 				pthread_mutex_unlock(&s->lock);
 			}
 			ck_copied_fix(k, 0, "L1", i);

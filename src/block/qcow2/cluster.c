@@ -141,7 +141,7 @@ static int qc_l2_alloc(struct qc_state *s, uint64_t l1i, uint64_t old)
 		if (old)
 			qc_mset_del(s, old, s->cluster_size, QC_OL_L2);
 		s->l1[l1i] = new | QC_OFLAG_COPIED;
-		s->l1_dirty[l1i * 8 / 4096] = 1;
+		s->l1_dirty[l1i / QC_TABLE_CHUNK] = 1;
 		s->metadata_changed = true;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -448,30 +448,7 @@ void qc_entry_release(struct qc_state *s, uint64_t e, bool discard)
 
 int qc_l1_write_dirty(struct qc_state *s)
 {
-	uint32_t nchunks = (s->l1_size * 8 + 4095) / 4096, i, j, n;
-	uint8_t *buf;
-	int ret = qc_file_whole(s);
-
-	if (ret)
-		return ret;
-	buf = qc_alloc_buf(4096);
-	if (!buf)
-		return -ENOMEM;
-	for (i = 0; i < nchunks && ret == 0; i++) {
-		if (!s->l1_dirty[i])
-			continue;
-		n = s->l1_size - i * 512 < 512 ? s->l1_size - i * 512 : 512;
-		pthread_mutex_lock(&s->lock);
-		for (j = 0; j < n; j++)
-			qc_wr64(buf + j * 8, s->l1[i * 512 + j]);
-		s->l1_dirty[i] = 0;
-		pthread_mutex_unlock(&s->lock);
-		ret = qc_co_pwrite(s->file, s->l1_offset + (uint64_t)i * 4096, buf, n * 8);
-		if (ret)
-			s->l1_dirty[i] = 1;
-	}
-	free(buf);
-	return ret;
+	return qc_table_write_dirty(s, s->l1, s->l1_size, s->l1_dirty, s->l1_offset);
 }
 
 int qc_l1_read(struct qc_state *s, char *err, size_t errlen)

@@ -11,6 +11,7 @@
 
 #include "block/qcow2/qcow2-int.h"
 #include "loop/thread-pool.h"
+#include "util/iov.h"
 #include "util/compiler.h"
 
 static void qc_waiter_msg(struct loop_msg *m)
@@ -176,6 +177,33 @@ int qc_co_op(struct blk_node *node, uint8_t op, uint64_t off, uint64_t len, uint
 int qc_co_flush(struct blk_node *node)
 {
 	return qc_co_rw(node, BLK_OP_FLUSH, 0, NULL, 0, 0);
+}
+
+/* One child read or write of [off, off+len) of node, with iov[iov_off..]. */
+int qc_co_rw_iov(struct blk_node *node, uint8_t op, uint64_t off, uint64_t len,
+		 const struct iovec *iov, int iovcnt, size_t iov_off)
+{
+	struct iovec small[16], *v = small;
+	int cap = iovcnt > 16 ? iovcnt : 16, k, ret;
+	struct qc_batch b;
+	struct qc_child c;
+
+	if (cap > 16) {
+		v = malloc((size_t)cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+	}
+	k = iov_slice(v, cap, iov, iovcnt, iov_off, len);
+	if (k < 0) {
+		ret = -EINVAL;
+	} else {
+		qc_batch_init(&b);
+		qc_batch_add(&b, &c, node, op, off, v, k, len, 0);
+		ret = qc_batch_wait(&b);
+	}
+	if (v != small)
+		free(v);
+	return ret;
 }
 
 /* ---- blocking work ---- */

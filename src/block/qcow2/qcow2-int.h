@@ -257,12 +257,12 @@ struct qc_state {
 	uint64_t *l1;
 	uint32_t l1_size;
 	uint64_t l1_offset;
-	uint8_t *l1_dirty;        /* one flag per 4 KiB of L1 */
+	uint8_t *l1_dirty;        /* one flag per QC_TABLE_CHUNK entries */
 	uint64_t *rct;
 	uint64_t rct_size;        /* entries */
 	uint64_t rct_used;        /* entries from here on are zero */
 	uint64_t rct_offset;
-	uint8_t *rct_dirty;       /* one flag per 512 entries */
+	uint8_t *rct_dirty;       /* one flag per QC_TABLE_CHUNK entries */
 
 	struct qc_cache l2c, rbc;
 
@@ -366,6 +366,10 @@ int qc_co_pread(struct blk_node *node, uint64_t off, void *buf, uint64_t len);
 int qc_co_pread_clamped(struct blk_node *node, uint64_t off, void *buf, uint64_t len);
 int qc_co_pwrite(struct blk_node *node, uint64_t off, const void *buf, uint64_t len);
 int qc_co_op(struct blk_node *node, uint8_t op, uint64_t off, uint64_t len, uint32_t flags);
+/* One child read or write of [off, off+len) of node, with the bytes at
+ * iov_off of iov: 0 or -errno (-EINVAL: iov is shorter). */
+int qc_co_rw_iov(struct blk_node *node, uint8_t op, uint64_t off, uint64_t len,
+		 const struct iovec *iov, int iovcnt, size_t iov_off);
 int qc_co_flush(struct blk_node *node);
 /* Run fn(arg) in a coroutine on the current loop (-EINVAL if none) and
  * wait for it: for open, close, truncate and the tool API. */
@@ -475,6 +479,14 @@ struct qc_slot *qc_cache_get(struct qc_state *s, struct qc_cache *c, uint64_t ke
 void qc_cache_mark_dirty(struct qc_state *s, struct qc_cache *c, struct qc_slot *sl);
 /* Drop slices in [off, off+len) (freed metadata clusters); meta held. */
 void qc_cache_forget(struct qc_state *s, struct qc_cache *c, uint64_t off, uint64_t len);
+/* The L1 and refcount tables are written in chunks of QC_TABLE_CHUNK
+ * entries (4 KiB), each with a flag in the table's dirty array. Any chunk
+ * flagged? Write the flagged chunks of tab (n entries) to the image at
+ * off; meta held. */
+#define QC_TABLE_CHUNK 512
+bool qc_table_is_dirty(const uint8_t *dirty, uint64_t n);
+int qc_table_write_dirty(struct qc_state *s, const uint64_t *tab, uint64_t n, uint8_t *dirty,
+			 uint64_t off);
 /* Write back dirty slices of c (copies taken under the lock); meta held. */
 int qc_cache_writeback(struct qc_state *s, struct qc_cache *c);
 /* Full metadata writeback with ordering (refcounts, L2, L1); meta held. */

@@ -198,7 +198,7 @@ static int qc_rb_create(struct qc_state *s, uint64_t ti, uint64_t r)
 	s->rct[ti] = roff;
 	if (ti >= s->rct_used)
 		s->rct_used = ti + 1;
-	s->rct_dirty[ti / 512] = 1;
+	s->rct_dirty[ti / QC_TABLE_CHUNK] = 1;
 	s->metadata_changed = true;
 	if (roff + s->cluster_size > s->alloc_end)
 		s->alloc_end = roff + s->cluster_size;
@@ -300,38 +300,12 @@ static int qc_rc_claim(struct qc_state *s, uint64_t c)
 /* Write the table entries changed since the last time (meta held). */
 int qc_rct_write_dirty(struct qc_state *s)
 {
-	uint64_t nchunks = (s->rct_size + 511) / 512, i, j, n;
-	uint8_t *buf;
-	int ret = qc_file_whole(s);
-
-	if (ret)
-		return ret;
-	buf = qc_alloc_buf(4096);
-	if (!buf)
-		return -ENOMEM;
-	for (i = 0; i < nchunks && ret == 0; i++) {
-		if (!s->rct_dirty[i])
-			continue;
-		n = s->rct_size - i * 512 < 512 ? s->rct_size - i * 512 : 512;
-		for (j = 0; j < n; j++)
-			qc_wr64(buf + j * 8, s->rct[i * 512 + j]);
-		s->rct_dirty[i] = 0;
-		ret = qc_co_pwrite(s->file, s->rct_offset + i * 4096, buf, n * 8);
-		if (ret)
-			s->rct_dirty[i] = 1;
-	}
-	free(buf);
-	return ret;
+	return qc_table_write_dirty(s, s->rct, s->rct_size, s->rct_dirty, s->rct_offset);
 }
 
 bool qc_rct_is_dirty(const struct qc_state *s)
 {
-	uint64_t i;
-
-	for (i = 0; i < (s->rct_size + 511) / 512; i++)
-		if (s->rct_dirty[i])
-			return true;
-	return false;
+	return qc_table_is_dirty(s->rct_dirty, s->rct_size);
 }
 
 /* ---- refcount table growth ---- */

@@ -19,33 +19,6 @@
 
 #define QC_MAX_RUN 512 /* clusters allocated at once by one write */
 
-/* One child read or write of [off, off+len) of node, with iov[iov_off..]. */
-static int qc_rw_iov(struct blk_node *node, uint8_t op, uint64_t off, uint64_t len,
-		     const struct iovec *iov, int iovcnt, size_t iov_off)
-{
-	struct iovec small[16], *v = small;
-	int cap = iovcnt > 16 ? iovcnt : 16, k, ret;
-	struct qc_batch b;
-	struct qc_child c;
-
-	if (cap > 16) {
-		v = malloc((size_t)cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-	}
-	k = iov_slice(v, cap, iov, iovcnt, iov_off, len);
-	if (k < 0) {
-		ret = -EINVAL;
-	} else {
-		qc_batch_init(&b);
-		qc_batch_add(&b, &c, node, op, off, v, k, len, 0);
-		ret = qc_batch_wait(&b);
-	}
-	if (v != small)
-		free(v);
-	return ret;
-}
-
 /* ---- reads ---- */
 
 static int qc_read_compressed(struct qc_state *s, uint64_t e, uint64_t coff, uint64_t len,
@@ -81,7 +54,7 @@ static int qc_read_data(struct qc_state *s, uint64_t host, uint64_t len, const s
 		in = len;
 	if (in < len)
 		iov_memset(iov, iovcnt, iov_off + in, 0, len - in);
-	return in ? qc_rw_iov(s->data, BLK_OP_READ, host, in, iov, iovcnt, iov_off) : 0;
+	return in ? qc_co_rw_iov(s->data, BLK_OP_READ, host, in, iov, iovcnt, iov_off) : 0;
 }
 
 int qc_read_entry(struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm, uint64_t coff,
@@ -191,7 +164,7 @@ static int qc_write_in_place(struct qc_state *s, uint64_t e, uint64_t off, uint6
 	qc_wr_begin(s, &ep);
 	pthread_mutex_unlock(&s->lock);
 	qc_co_unlock(s, &s->meta);
-	ret = qc_rw_iov(s->data, BLK_OP_WRITE, (e & QC_OFFSET_MASK) + qc_coff(s, off), len, iov,
+	ret = qc_co_rw_iov(s->data, BLK_OP_WRITE, (e & QC_OFFSET_MASK) + qc_coff(s, off), len, iov,
 			iovcnt, iov_off);
 	qc_wr_end(s, ep);
 	return ret;
@@ -336,7 +309,7 @@ static int qc_write_joined(struct qc_state *s, struct qc_alloc *a, uint64_t host
 	int ret, ret2;
 
 	qc_co_unlock(s, &s->meta);
-	ret = qc_rw_iov(s->data, BLK_OP_WRITE, host, len, iov, iovcnt, iov_off);
+	ret = qc_co_rw_iov(s->data, BLK_OP_WRITE, host, len, iov, iovcnt, iov_off);
 	ret2 = qc_alloc_join_finish(s, a);
 	return ret ? ret : ret2;
 }
