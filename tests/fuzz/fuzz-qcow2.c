@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blk-ram.h"
 #include "block/block-driver.h"
 #include "block/qcow2/qcow2.h"
 #include "fuzz.h"
@@ -46,29 +47,20 @@
 
 /* ---- the in-memory protocol node ---- */
 
-struct fz_ram {
-	pthread_mutex_t lock; /* data and size: truncate runs on a pool thread */
-	uint8_t *data;
-	uint64_t size;
-};
-
 /* The image of the current input (blk_open gives the driver no argument). */
 static const uint8_t *fz_img;
 static size_t fz_img_len;
 
 static int fz_ram_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
 {
-	struct fz_ram *r = calloc(1, sizeof(*r));
+	struct blk_ram *r = calloc(1, sizeof(*r));
 
 	(void)opts;
-	if (!r || !(r->data = malloc(fz_img_len ? fz_img_len : 1))) {
+	if (!r || blk_ram_init(r, fz_img, fz_img_len)) {
 		free(r);
 		snprintf(err, errlen, "fuzzram: out of memory");
 		return -ENOMEM;
 	}
-	memcpy(r->data, fz_img, fz_img_len);
-	r->size = fz_img_len;
-	pthread_mutex_init(&r->lock, NULL);
 	bs->opaque = r;
 	bs->size = r->size;
 	return 0;
@@ -76,76 +68,32 @@ static int fz_ram_open(struct blk_node *bs, struct kv_opts *opts, char *err, siz
 
 static void fz_ram_close(struct blk_node *bs)
 {
-	struct fz_ram *r = bs->opaque;
-
-	pthread_mutex_destroy(&r->lock);
-	free(r->data);
-	free(r);
+	blk_ram_destroy(bs->opaque);
+	free(bs->opaque);
 }
 
-static int fz_ram_exec(struct fz_ram *r, struct blk_request *req)
+static int fz_ram_submit(struct blk_node *bs, struct blk_request *req)
 {
-	if (req->op != BLK_OP_FLUSH &&
-	    (req->offset + req->len < req->offset || req->offset + req->len > r->size)) {
+	struct blk_ram *r = bs->opaque;
+
+	pthread_mutex_lock(&r->lock);
+	if (!blk_ram_in_range(r, req)) {
 		fprintf(stderr, "fuzzram: op %u at %llu+%llu past the end (%llu)\n", req->op,
 			(unsigned long long)req->offset, (unsigned long long)req->len,
 			(unsigned long long)r->size);
 		abort(); /* a bug of the driver above, not of the input */
 	}
-	switch (req->op) {
-	case BLK_OP_READ:
-		iov_from_buf(req->iov, req->iovcnt, 0, r->data + req->offset, req->len);
-		break;
-	case BLK_OP_WRITE:
-		iov_to_buf(req->iov, req->iovcnt, 0, r->data + req->offset, req->len);
-		break;
-	case BLK_OP_WRITE_ZEROES:
-	case BLK_OP_DISCARD:
-		memset(r->data + req->offset, 0, req->len);
-		break;
-	case BLK_OP_BLOCK_STATUS:
-		req->status = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED;
-		req->status_len = req->len;
-		break;
-	default:
-		break;
-	}
-	return 0;
-}
-
-static int fz_ram_submit(struct blk_node *bs, struct blk_request *req)
-{
-	struct fz_ram *r = bs->opaque;
-	int ret;
-
-	pthread_mutex_lock(&r->lock);
-	ret = fz_ram_exec(r, req);
+	blk_ram_exec(r, req);
 	pthread_mutex_unlock(&r->lock);
-	blk_complete_deferred(req, ret);
+	blk_complete_deferred(req, 0);
 	return 0;
 }
 
 static int fz_ram_truncate(struct blk_node *bs, uint64_t size)
 {
-	struct fz_ram *r = bs->opaque;
-	uint8_t *p;
-	int ret = 0;
-
 	if (size > FZ_RAM_MAX)
 		return -ENOSPC;
-	pthread_mutex_lock(&r->lock);
-	p = realloc(r->data, size ? size : 1);
-	if (!p) {
-		ret = -ENOMEM;
-	} else {
-		if (size > r->size)
-			memset(p + r->size, 0, size - r->size);
-		r->data = p;
-		r->size = size;
-		bs->size = size;
-	}
-	pthread_mutex_unlock(&r->lock);
-	return ret;
+	return blk_ram_resize(bs->opaque, bs, size);
 }
 
 static bool fz_ram_true(struct blk_node *bs)
@@ -542,7 +490,7 @@ static void fz_verify(const uint8_t *img, size_t len, uint8_t cfg)
 static uint8_t *fz_close_keep(struct blk_node *bs, size_t *len)
 {
 	struct blk_node *file = blk_take_child(bs, BLK_ROLE_FILE);
-	struct fz_ram *r = file->opaque;
+	struct blk_ram *r = file->opaque;
 	uint8_t *copy;
 
 	blk_close(bs);

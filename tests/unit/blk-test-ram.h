@@ -1,7 +1,9 @@
 /* Test helpers for block-layer unit tests: a RAM-backed protocol driver
- * ("ram") that checks every request it gets is aligned, logs what it executes,
- * can hold requests and complete them in random order, and can fail one
- * operation type; plus loop set-up. Threading: one loop thread. */
+ * ("ram", on tests/lib/blk-ram.h) that checks every request it gets is
+ * aligned, logs what it executes, can hold requests and complete them in
+ * random order, and can fail one operation type; plus loop set-up and the
+ * set-up and tear-down every test group of these tests shares.
+ * Threading: one loop thread. */
 #ifndef BLK_TEST_RAM_H
 #define BLK_TEST_RAM_H
 
@@ -16,6 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "blk-ram.h"
 #include "block/block-driver.h"
 #include "loop/loop.h"
 #include "util/iov.h"
@@ -45,8 +48,7 @@ struct ram_log {
 };
 
 struct ram_dev {
-	uint8_t *data;
-	uint64_t size;
+	struct blk_ram ram; /* data, size, lock (the device may be used from several loops) */
 	struct ram_config cfg;
 	struct blk_request *pending[RAM_MAX_PENDING];
 	unsigned npending, max_pending;
@@ -55,7 +57,6 @@ struct ram_dev {
 	struct ram_log log[RAM_MAX_LOG];
 	unsigned nlog;
 	uint64_t rng;
-	pthread_mutex_t lock; /* the device may be used from several loops */
 };
 
 static struct ram_config ram_cfg = { .fail_op = -1, .reject_op = -1 };
@@ -88,15 +89,12 @@ static int ram_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
-	d->data = calloc(1, size);
-	if (!d->data) {
+	if (blk_ram_init(&d->ram, NULL, size)) {
 		free(d);
 		return -ENOMEM;
 	}
-	d->size = size;
 	d->cfg = ram_cfg;
 	d->rng = 0x9e3779b97f4a7c15ull;
-	pthread_mutex_init(&d->lock, NULL);
 	bs->opaque = d;
 	bs->size = size;
 	bs->align = d->cfg.align ? d->cfg.align : 1;
@@ -111,8 +109,7 @@ static void ram_close(struct blk_node *bs)
 
 	if (ram_last == d)
 		ram_last = NULL;
-	pthread_mutex_destroy(&d->lock);
-	free(d->data);
+	blk_ram_destroy(&d->ram);
 	free(d);
 }
 
@@ -123,24 +120,7 @@ static int ram_execute_locked(struct ram_dev *d, struct blk_request *req)
 	d->ops[req->op]++;
 	if ((int)req->op == d->cfg.fail_op)
 		return d->cfg.fail_ret;
-	switch (req->op) {
-	case BLK_OP_READ:
-		iov_from_buf(req->iov, req->iovcnt, 0, d->data + req->offset, req->len);
-		break;
-	case BLK_OP_WRITE:
-		iov_to_buf(req->iov, req->iovcnt, 0, d->data + req->offset, req->len);
-		break;
-	case BLK_OP_WRITE_ZEROES:
-	case BLK_OP_DISCARD:
-		memset(d->data + req->offset, 0, req->len);
-		break;
-	case BLK_OP_BLOCK_STATUS:
-		req->status = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED;
-		req->status_len = req->len;
-		break;
-	default:
-		break;
-	}
+	blk_ram_exec(&d->ram, req);
 	return 0;
 }
 
@@ -148,17 +128,15 @@ static int ram_execute(struct ram_dev *d, struct blk_request *req)
 {
 	int ret;
 
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->ram.lock);
 	ret = ram_execute_locked(d, req);
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->ram.lock);
 	return ret;
 }
 
 static void ram_check(struct blk_node *bs, struct ram_dev *d, struct blk_request *req)
 {
-	uint64_t end = req->offset + req->len;
-
-	if (req->op != BLK_OP_FLUSH && (end < req->offset || end > d->size))
+	if (!blk_ram_in_range(&d->ram, req))
 		d->misaligned += 1000; /* out of range: never acceptable */
 	if (req->op == BLK_OP_FLUSH || req->op == BLK_OP_BLOCK_STATUS)
 		return;
@@ -177,9 +155,9 @@ static int ram_submit(struct blk_node *bs, struct blk_request *req)
 {
 	struct ram_dev *d = bs->opaque;
 
-	pthread_mutex_lock(&d->lock);
+	pthread_mutex_lock(&d->ram.lock);
 	ram_check(bs, d, req);
-	pthread_mutex_unlock(&d->lock);
+	pthread_mutex_unlock(&d->ram.lock);
 	if ((int)req->op == d->cfg.reject_op)
 		return d->cfg.reject_ret;
 	if (d->cfg.hold) {
@@ -196,17 +174,7 @@ static int ram_submit(struct blk_node *bs, struct blk_request *req)
 
 static int ram_truncate(struct blk_node *bs, uint64_t size)
 {
-	struct ram_dev *d = bs->opaque;
-	uint8_t *p = realloc(d->data, size ? size : 1);
-
-	if (!p)
-		return -ENOMEM;
-	if (size > d->size)
-		memset(p + d->size, 0, size - d->size);
-	d->data = p;
-	d->size = size;
-	bs->size = size;
-	return 0;
+	return blk_ram_resize(&((struct ram_dev *)bs->opaque)->ram, bs, size);
 }
 
 static bool ram_can_fua(struct blk_node *bs) { return !((struct ram_dev *)bs->opaque)->cfg.no_fua; }
@@ -337,6 +305,35 @@ RAM_FN void test_loop_free(struct loop *loop)
 {
 	loop_bind_current(NULL);
 	loop_free(loop);
+}
+
+/* Set-up and tear-down of each test: the ram driver registered (with the
+ * built-in ones), its configuration reset, a bound loop in *state. */
+RAM_FN int ram_test_setup(void **state)
+{
+	assert_int_equal(ram_register(), 0);
+	ram_reset_config();
+	*state = test_loop_new();
+	return 0;
+}
+
+RAM_FN int ram_test_teardown(void **state)
+{
+	test_loop_free(*state);
+	return 0;
+}
+
+#define RAM_TEST(fn) cmocka_unit_test_setup_teardown(fn, ram_test_setup, ram_test_teardown)
+
+/* Are all n bytes at p equal to v? */
+RAM_FN bool all_bytes(const uint8_t *p, size_t n, uint8_t v)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (p[i] != v)
+			return false;
+	return true;
 }
 
 /* A request with a completion counter. */

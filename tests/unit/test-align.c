@@ -11,20 +11,6 @@
 static bool in_submit;
 static uint64_t rng = 88172645463325252ull;
 
-static int setup(void **state)
-{
-	assert_int_equal(ram_register(), 0);
-	ram_reset_config();
-	*state = test_loop_new();
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_loop_free(*state);
-	return 0;
-}
-
 static void fill_random(uint8_t *p, size_t n)
 {
 	size_t i;
@@ -68,7 +54,7 @@ static void check_shadow(struct blk_node *bs, struct ram_dev *d, const uint8_t *
 	static uint8_t r[DEV_SIZE + 1];
 	unsigned i;
 
-	assert_memory_equal(d->data, shadow, DEV_SIZE);
+	assert_memory_equal(d->ram.data, shadow, DEV_SIZE);
 	for (i = 0; i < 20; i++) {
 		uint64_t off = ram_rand(&rng) % DEV_SIZE;
 		uint64_t len = 1 + ram_rand(&rng) % (DEV_SIZE - off);
@@ -93,8 +79,8 @@ static void test_rmw_sequential(void **state)
 	ram_cfg.mem_align = 512;
 	bs = test_open("driver=ram,ram-size=256K");
 	d = ram_last;
-	fill_random(d->data, DEV_SIZE);
-	memcpy(shadow, d->data, DEV_SIZE);
+	fill_random(d->ram.data, DEV_SIZE);
+	memcpy(shadow, d->ram.data, DEV_SIZE);
 	for (i = 0; i < 500; i++) {
 		uint64_t len = 1 + ram_rand(&rng) % 20000;
 		uint64_t off = ram_rand(&rng) % (DEV_SIZE - len + 1);
@@ -139,8 +125,8 @@ static void test_rmw_concurrent(void **state)
 	ram_cfg.random_order = true;
 	bs = test_open("driver=ram,ram-size=256K");
 	d = ram_last;
-	fill_random(d->data, DEV_SIZE);
-	memcpy(shadow, d->data, DEV_SIZE);
+	fill_random(d->ram.data, DEV_SIZE);
+	memcpy(shadow, d->ram.data, DEV_SIZE);
 	for (b = 0; b < 100; b++) {
 		uint64_t cut[32], base = (ram_rand(&rng) % (DEV_SIZE / 4096 - 8)) * 4096;
 
@@ -165,22 +151,12 @@ static void test_rmw_concurrent(void **state)
 		ram_pump(d, *state, &done, 16);
 		for (i = 0; i < 16; i++)
 			assert_int_equal(t[i].calls, 1);
-		assert_memory_equal(d->data, shadow, DEV_SIZE);
+		assert_memory_equal(d->ram.data, shadow, DEV_SIZE);
 	}
 	assert_int_equal(d->misaligned, 0);
 	assert_true(blk_track_waits(bs) > 0);
 	assert_true(d->max_pending > 1);
 	blk_close(bs);
-}
-
-static bool all_bytes(const uint8_t *p, size_t n, uint8_t v)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (p[i] != v)
-			return false;
-	return true;
 }
 
 /* A 256 KiB RAM node with 4096-byte blocks whose device holds every request
@@ -196,25 +172,39 @@ static struct blk_node *open_held(struct ram_dev **d)
 	return bs;
 }
 
+/* The overlap tests' data: A (100 bytes of 0xaa), B and C (a block of 0xbb,
+ * of 0xcc). */
+static uint8_t ov_a[100], ov_b[4096], ov_c[4096];
+
+static void overlap_fill(void)
+{
+	memset(ov_a, 0xaa, sizeof(ov_a));
+	memset(ov_b, 0xbb, sizeof(ov_b));
+	memset(ov_c, 0xcc, sizeof(ov_c));
+}
+
+/* Make t a request counted in *done and submit it: the core must take it. */
+static void submit_ok(struct blk_node *bs, struct test_req *t, uint8_t op, uint64_t off,
+		      void *buf, uint64_t len, unsigned *done)
+{
+	test_req_init(t, op, off, buf, len, 0, done);
+	assert_int_equal(test_submit(bs, t, &in_submit), 0);
+}
+
 /* A misaligned write A, then an aligned write B over A's block: B must not
  * reach the device until A's read-modify-write is done. */
 static void test_overlap_rmw_first(void **state)
 {
-	static uint8_t a[100], bb[4096];
 	struct test_req ta, tb, tc;
 	struct blk_node *bs;
 	struct ram_dev *d;
 	unsigned done = 0;
 
 	bs = open_held(&d);
-	memset(a, 0xaa, sizeof(a));
-	memset(bb, 0xbb, sizeof(bb));
-	test_req_init(&ta, BLK_OP_WRITE, 100, a, 100, 0, &done);
-	test_req_init(&tb, BLK_OP_WRITE, 0, bb, 4096, 0, &done);
-	test_req_init(&tc, BLK_OP_WRITE, 8192, bb, 4096, 0, &done);
-	assert_int_equal(test_submit(bs, &ta, &in_submit), 0);
-	assert_int_equal(test_submit(bs, &tb, &in_submit), 0);
-	assert_int_equal(test_submit(bs, &tc, &in_submit), 0);
+	overlap_fill();
+	submit_ok(bs, &ta, BLK_OP_WRITE, 100, ov_a, 100, &done);
+	submit_ok(bs, &tb, BLK_OP_WRITE, 0, ov_b, 4096, &done);
+	submit_ok(bs, &tc, BLK_OP_WRITE, 8192, ov_b, 4096, &done);
 	/* A's read and C (no overlap) are at the device, B waits */
 	assert_int_equal(d->npending, 2);
 	assert_int_equal(d->pending[0]->op, BLK_OP_READ);
@@ -227,7 +217,7 @@ static void test_overlap_rmw_first(void **state)
 	assert_int_equal(d->log[2].off, 0);
 	assert_int_equal(d->log[3].op, BLK_OP_WRITE); /* then B */
 	assert_int_equal(d->log[3].off, 0);
-	assert_true(all_bytes(d->data, 4096, 0xbb));
+	assert_true(all_bytes(d->ram.data, 4096, 0xbb));
 	assert_true(tb.order > ta.order);
 	blk_close(bs);
 }
@@ -236,28 +226,24 @@ static void test_overlap_rmw_first(void **state)
  * waits for B, so B's bytes survive around A's. Reads do not wait. */
 static void test_overlap_aligned_first(void **state)
 {
-	static uint8_t a[100], bb[4096], r[4096];
+	static uint8_t r[4096];
 	struct test_req ta, tb, tr;
 	struct blk_node *bs;
 	struct ram_dev *d;
 	unsigned done = 0;
 
 	bs = open_held(&d);
-	memset(a, 0xaa, sizeof(a));
-	memset(bb, 0xbb, sizeof(bb));
-	test_req_init(&tb, BLK_OP_WRITE, 0, bb, 4096, 0, &done);
-	test_req_init(&ta, BLK_OP_WRITE, 3000, a, 100, 0, &done);
-	test_req_init(&tr, BLK_OP_READ, 0, r, 4096, 0, &done);
-	assert_int_equal(test_submit(bs, &tb, &in_submit), 0);
-	assert_int_equal(test_submit(bs, &ta, &in_submit), 0);
-	assert_int_equal(test_submit(bs, &tr, &in_submit), 0);
+	overlap_fill();
+	submit_ok(bs, &tb, BLK_OP_WRITE, 0, ov_b, 4096, &done);
+	submit_ok(bs, &ta, BLK_OP_WRITE, 3000, ov_a, 100, &done);
+	submit_ok(bs, &tr, BLK_OP_READ, 0, r, 4096, &done);
 	assert_int_equal(d->npending, 2); /* B and the read; A waits */
 	assert_ptr_equal(d->pending[0], &tb.req);
 	assert_ptr_equal(d->pending[1], &tr.req);
 	ram_pump(d, *state, &done, 3);
-	assert_true(all_bytes(d->data, 3000, 0xbb));
-	assert_true(all_bytes(d->data + 3000, 100, 0xaa));
-	assert_true(all_bytes(d->data + 3100, 996, 0xbb));
+	assert_true(all_bytes(d->ram.data, 3000, 0xbb));
+	assert_true(all_bytes(d->ram.data + 3000, 100, 0xaa));
+	assert_true(all_bytes(d->ram.data + 3100, 996, 0xbb));
 	assert_int_equal(ta.ret, 0);
 	assert_int_equal(d->misaligned, 0);
 	blk_close(bs);
@@ -269,39 +255,32 @@ static void test_overlap_aligned_first(void **state)
  * them still waits for both. */
 static void test_overlap_counts(void **state)
 {
-	static uint8_t a[100], bb[4096], cc[4096];
 	struct test_req ta, tb, tc, td;
 	struct blk_node *bs;
 	struct ram_dev *d;
 	unsigned done = 0;
 
 	bs = open_held(&d);
-	memset(a, 0xaa, sizeof(a));
-	memset(bb, 0xbb, sizeof(bb));
-	memset(cc, 0xcc, sizeof(cc));
+	overlap_fill();
 	/* An RMW alone, done. */
-	test_req_init(&ta, BLK_OP_WRITE, 100, a, 100, 0, &done);
-	assert_int_equal(test_submit(bs, &ta, &in_submit), 0);
+	submit_ok(bs, &ta, BLK_OP_WRITE, 100, ov_a, 100, &done);
 	ram_pump(d, *state, &done, 1);
 	assert_int_equal(blk_track_waits(bs), 0);
 	/* Two overlapping aligned writes: neither waits for the other. */
 	done = 0;
-	test_req_init(&tb, BLK_OP_WRITE, 0, bb, 4096, 0, &done);
-	test_req_init(&tc, BLK_OP_WRITE, 0, cc, 4096, 0, &done);
-	assert_int_equal(test_submit(bs, &tb, &in_submit), 0);
-	assert_int_equal(test_submit(bs, &tc, &in_submit), 0);
+	submit_ok(bs, &tb, BLK_OP_WRITE, 0, ov_b, 4096, &done);
+	submit_ok(bs, &tc, BLK_OP_WRITE, 0, ov_c, 4096, &done);
 	assert_int_equal(d->npending, 2);
 	assert_int_equal(blk_track_waits(bs), 0);
 	/* An RMW over them waits until both are done. */
-	test_req_init(&td, BLK_OP_WRITE, 200, a, 50, 0, &done);
-	assert_int_equal(test_submit(bs, &td, &in_submit), 0);
+	submit_ok(bs, &td, BLK_OP_WRITE, 200, ov_a, 50, &done);
 	assert_int_equal(d->npending, 2);
 	assert_int_equal(blk_track_waits(bs), 1);
 	ram_pump(d, *state, &done, 3);
 	assert_int_equal(td.ret, 0);
 	assert_true(td.order > tb.order && td.order > tc.order);
-	assert_true(all_bytes(d->data + 200, 50, 0xaa));
-	assert_true(all_bytes(d->data + 250, 4096 - 250, d->data[4095]));
+	assert_true(all_bytes(d->ram.data + 200, 50, 0xaa));
+	assert_true(all_bytes(d->ram.data + 250, 4096 - 250, d->ram.data[4095]));
 	assert_int_equal(d->misaligned, 0);
 	blk_close(bs);
 }
@@ -321,7 +300,7 @@ static void test_mem_align(void **state)
 	assert_null(bs->track);
 	fill_random(w, sizeof(w));
 	assert_int_equal(blk_pwrite(bs, 1, w + 1, 8000, 0), 0);
-	assert_memory_equal(d->data + 1, w + 1, 8000);
+	assert_memory_equal(d->ram.data + 1, w + 1, 8000);
 	assert_int_equal(blk_pread(bs, 1, r + 3, 8000), 0);
 	assert_memory_equal(r + 3, w + 1, 8000);
 	assert_int_equal(d->misaligned, 0);
@@ -355,7 +334,7 @@ static void test_segment_lengths(void **state)
 	d = ram_last;
 	fill_random(w, sizeof(w));
 	assert_int_equal(blk_do_sync(bs, &req), 0);
-	assert_memory_equal(d->data + 8192, w, 8192);
+	assert_memory_equal(d->ram.data + 8192, w, 8192);
 	req.op = BLK_OP_READ;
 	iov[0].iov_base = r;
 	iov[1].iov_base = r + 2048;
@@ -447,7 +426,7 @@ static void test_two_threads(void **state)
 	for (id = 0; id < 2; id++)
 		for (k = 0; k < THR_SLOTS; k++)
 			for (i = 0; i < THR_SLOT; i++)
-				assert_int_equal(d->data[(2 * k + id) * THR_SLOT + i],
+				assert_int_equal(d->ram.data[(2 * k + id) * THR_SLOT + i],
 						 thr_byte(id, k, THR_ROUNDS - 1, i));
 	assert_int_equal(d->misaligned, 0);
 	assert_true(blk_track_waits(bs) > 0);
@@ -464,12 +443,12 @@ static void test_wz_misaligned(void **state)
 	ram_cfg.align = 4096;
 	bs = test_open("driver=ram,ram-size=256K");
 	d = ram_last;
-	memset(d->data, 0xab, DEV_SIZE);
+	memset(d->ram.data, 0xab, DEV_SIZE);
 	test_req_init(&t, BLK_OP_WRITE_ZEROES, 1000, NULL, 19000, BLK_F_FUA, NULL);
 	assert_int_equal(blk_do_sync(bs, &t.req), 0);
-	assert_true(all_bytes(d->data, 1000, 0xab));
-	assert_true(all_bytes(d->data + 1000, 19000, 0));
-	assert_true(all_bytes(d->data + 20000, DEV_SIZE - 20000, 0xab));
+	assert_true(all_bytes(d->ram.data, 1000, 0xab));
+	assert_true(all_bytes(d->ram.data + 1000, 19000, 0));
+	assert_true(all_bytes(d->ram.data + 20000, DEV_SIZE - 20000, 0xab));
 	assert_int_equal(d->nlog, 5);
 	assert_int_equal(d->log[3].op, BLK_OP_WRITE_ZEROES);
 	assert_int_equal(d->log[3].off, 4096);
@@ -479,14 +458,14 @@ static void test_wz_misaligned(void **state)
 	/* inside one block */
 	test_req_init(&t, BLK_OP_WRITE_ZEROES, 40000, NULL, 10, 0, NULL);
 	assert_int_equal(blk_do_sync(bs, &t.req), 0);
-	assert_true(all_bytes(d->data + 39990, 10, 0xab));
-	assert_true(all_bytes(d->data + 40000, 10, 0));
-	assert_true(all_bytes(d->data + 40010, 10, 0xab));
+	assert_true(all_bytes(d->ram.data + 39990, 10, 0xab));
+	assert_true(all_bytes(d->ram.data + 40000, 10, 0));
+	assert_true(all_bytes(d->ram.data + 40010, 10, 0xab));
 	/* aligned head, misaligned tail */
 	test_req_init(&t, BLK_OP_WRITE_ZEROES, 65536, NULL, 5000, 0, NULL);
 	assert_int_equal(blk_do_sync(bs, &t.req), 0);
-	assert_true(all_bytes(d->data + 65536, 5000, 0));
-	assert_true(all_bytes(d->data + 70536, 100, 0xab));
+	assert_true(all_bytes(d->ram.data + 65536, 5000, 0));
+	assert_true(all_bytes(d->ram.data + 70536, 100, 0xab));
 	assert_int_equal(d->misaligned, 0);
 	blk_close(bs);
 
@@ -494,12 +473,12 @@ static void test_wz_misaligned(void **state)
 	ram_cfg.no_wz = true;
 	bs = test_open("driver=ram,ram-size=256K");
 	d = ram_last;
-	memset(d->data, 0xab, DEV_SIZE);
+	memset(d->ram.data, 0xab, DEV_SIZE);
 	test_req_init(&t, BLK_OP_WRITE_ZEROES, 1000, NULL, 19000, 0, NULL);
 	assert_int_equal(blk_do_sync(bs, &t.req), 0);
-	assert_true(all_bytes(d->data, 1000, 0xab));
-	assert_true(all_bytes(d->data + 1000, 19000, 0));
-	assert_true(all_bytes(d->data + 20000, DEV_SIZE - 20000, 0xab));
+	assert_true(all_bytes(d->ram.data, 1000, 0xab));
+	assert_true(all_bytes(d->ram.data + 1000, 19000, 0));
+	assert_true(all_bytes(d->ram.data + 20000, DEV_SIZE - 20000, 0xab));
 	assert_int_equal(d->ops[BLK_OP_WRITE_ZEROES], 0);
 	assert_int_equal(d->misaligned, 0);
 	blk_close(bs);
@@ -567,18 +546,18 @@ static void test_rmw_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_null_request_alignment, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_rmw_sequential, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_rmw_concurrent, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_overlap_rmw_first, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_overlap_aligned_first, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_overlap_counts, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_mem_align, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_segment_lengths, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_two_threads, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_wz_misaligned, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_discard_misaligned, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_rmw_errors, setup, teardown),
+		RAM_TEST(test_null_request_alignment),
+		RAM_TEST(test_rmw_sequential),
+		RAM_TEST(test_rmw_concurrent),
+		RAM_TEST(test_overlap_rmw_first),
+		RAM_TEST(test_overlap_aligned_first),
+		RAM_TEST(test_overlap_counts),
+		RAM_TEST(test_mem_align),
+		RAM_TEST(test_segment_lengths),
+		RAM_TEST(test_two_threads),
+		RAM_TEST(test_wz_misaligned),
+		RAM_TEST(test_discard_misaligned),
+		RAM_TEST(test_rmw_errors),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

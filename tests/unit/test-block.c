@@ -6,20 +6,6 @@
 
 static bool in_submit;
 
-static int setup(void **state)
-{
-	assert_int_equal(ram_register(), 0);
-	ram_reset_config();
-	*state = test_loop_new();
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_loop_free(*state);
-	return 0;
-}
-
 /* Submit a request expected to fail with `err`; its callback must never run. */
 static void expect_fail(struct blk_node *bs, struct test_req *t, int err)
 {
@@ -291,16 +277,6 @@ static void test_discard(void **state)
 	blk_close(bs);
 }
 
-static bool all_bytes(const uint8_t *p, size_t n, uint8_t v)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (p[i] != v)
-			return false;
-	return true;
-}
-
 static void test_wz_fallback(void **state)
 {
 	struct blk_node *bs;
@@ -312,14 +288,14 @@ static void test_wz_fallback(void **state)
 	ram_cfg.no_wz = true;
 	bs = test_open("driver=ram,ram-size=4M");
 	assert_false(blk_can_write_zeroes(bs));
-	memset(ram_last->data, 0xab, 4 << 20);
+	memset(ram_last->ram.data, 0xab, 4 << 20);
 	test_req_init(&t, BLK_OP_WRITE_ZEROES, 4096, NULL, len, BLK_F_MAY_UNMAP, NULL);
 	assert_int_equal(blk_do_sync(bs, &t.req), 0);
 	assert_int_equal(ram_last->ops[BLK_OP_WRITE_ZEROES], 0);
 	assert_int_equal(ram_last->ops[BLK_OP_WRITE], 4); /* 1 MiB chunks */
-	assert_true(all_bytes(ram_last->data + 4096, len, 0));
-	assert_true(all_bytes(ram_last->data, 4096, 0xab));
-	assert_true(all_bytes(ram_last->data + 4096 + len, (4 << 20) - 4096 - len, 0xab));
+	assert_true(all_bytes(ram_last->ram.data + 4096, len, 0));
+	assert_true(all_bytes(ram_last->ram.data, 4096, 0xab));
+	assert_true(all_bytes(ram_last->ram.data + 4096 + len, (4 << 20) - 4096 - len, 0xab));
 	assert_int_equal(t.req.offset, 4096);
 	assert_int_equal(t.req.len, len);
 	blk_get_stats(bs, &st);
@@ -338,13 +314,13 @@ static void test_wz_fallback(void **state)
 	ram_cfg.fail_op = BLK_OP_WRITE_ZEROES;
 	ram_cfg.fail_ret = -ENOTSUP;
 	bs = test_open("driver=ram,ram-size=1M");
-	memset(ram_last->data, 0xab, 1 << 20);
+	memset(ram_last->ram.data, 0xab, 1 << 20);
 	test_req_init(&t, BLK_OP_WRITE_ZEROES, 512, NULL, 1000, 0, NULL);
 	assert_int_equal(blk_do_sync(bs, &t.req), 0);
 	assert_int_equal(ram_last->ops[BLK_OP_WRITE_ZEROES], 1);
 	assert_int_equal(ram_last->ops[BLK_OP_WRITE], 1);
-	assert_true(all_bytes(ram_last->data + 512, 1000, 0));
-	assert_true(all_bytes(ram_last->data + 1512, 512, 0xab));
+	assert_true(all_bytes(ram_last->ram.data + 512, 1000, 0));
+	assert_true(all_bytes(ram_last->ram.data + 1512, 512, 0xab));
 	/* ... unless NO_FALLBACK */
 	test_req_init(&t, BLK_OP_WRITE_ZEROES, 512, NULL, 1000, BLK_F_NO_FALLBACK, NULL);
 	assert_int_equal(blk_do_sync(bs, &t.req), -ENOTSUP);
@@ -466,7 +442,7 @@ static void test_sync_helpers(void **state)
 	assert_int_equal(blk_pwrite(bs, 12345, w, 65536, 0), 0);
 	assert_int_equal(blk_pread(bs, 12345, r, 65536), 0);
 	assert_memory_equal(w, r, 65536);
-	assert_memory_equal(ram_last->data + 12345, w, 65536);
+	assert_memory_equal(ram_last->ram.data + 12345, w, 65536);
 	assert_int_equal(blk_pread(bs, 1 << 20, r, 1), -EINVAL);
 	free(w);
 	free(r);
@@ -639,26 +615,26 @@ static void test_truncate(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_validation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_wz_no_fallback, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_block_status_clamp, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_zero_length, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_exactly_once, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_hist_and_names, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_discard, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_wz_fallback, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fua, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_driver_rejects, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_block_status_emulated, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_sync_helpers, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_alloc_buf, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_req_pool, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_thread_state, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_open_options, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_registry, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
+		RAM_TEST(test_validation),
+		RAM_TEST(test_wz_no_fallback),
+		RAM_TEST(test_block_status_clamp),
+		RAM_TEST(test_zero_length),
+		RAM_TEST(test_exactly_once),
+		RAM_TEST(test_stats),
+		RAM_TEST(test_hist_and_names),
+		RAM_TEST(test_discard),
+		RAM_TEST(test_wz_fallback),
+		RAM_TEST(test_fua),
+		RAM_TEST(test_driver_rejects),
+		RAM_TEST(test_block_status_emulated),
+		RAM_TEST(test_sync_helpers),
+		RAM_TEST(test_alloc_buf),
+		RAM_TEST(test_req_pool),
+		RAM_TEST(test_thread_state),
+		RAM_TEST(test_open_errors),
+		RAM_TEST(test_open_options),
+		RAM_TEST(test_registry),
+		RAM_TEST(test_truncate),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -113,12 +113,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	test_loop_free(*state);
-	return 0;
-}
-
 static int count_node(struct blk_node *bs, void *opaque)
 {
 	(void)bs;
@@ -218,12 +212,12 @@ static void test_take_child(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_children, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_detach_reaches_every_child, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_flush_tree, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_multi_conn, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_open_failure_closes_children, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_take_child, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_children, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_detach_reaches_every_child, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_flush_tree, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_multi_conn, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_open_failure_closes_children, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_take_child, setup, ram_test_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,19 +6,6 @@
 
 static bool in_submit;
 
-static int setup(void **state)
-{
-	blk_register_builtin_drivers();
-	*state = test_loop_new();
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_loop_free(*state);
-	return 0;
-}
-
 static void test_options(void **state)
 {
 	char err[256];
@@ -208,13 +195,13 @@ static void test_truncate(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_options, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_read_zeroes, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_block_status_and_ops, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_latency_timer, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_latency_threads, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_many, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_truncate, setup, teardown),
+		RAM_TEST(test_options),
+		RAM_TEST(test_read_zeroes),
+		RAM_TEST(test_block_status_and_ops),
+		RAM_TEST(test_latency_timer),
+		RAM_TEST(test_latency_threads),
+		RAM_TEST(test_many),
+		RAM_TEST(test_truncate),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,20 +3,6 @@
  * Threading: one loop on the test thread. */
 #include "blk-test-ram.h"
 
-static int setup(void **state)
-{
-	assert_int_equal(ram_register(), 0);
-	ram_reset_config();
-	*state = test_loop_new();
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_loop_free(*state);
-	return 0;
-}
-
 static void fill(uint8_t *p, size_t n, unsigned seed)
 {
 	size_t i;
@@ -39,18 +25,18 @@ static void test_window_io(void **state)
 	fill(w, sizeof(w), 1);
 	/* start of the window lands at child offset 64K */
 	assert_int_equal(blk_pwrite(bs, 0, w, 4096, 0), 0);
-	assert_memory_equal(d->data + (64 << 10), w, 4096);
+	assert_memory_equal(d->ram.data + (64 << 10), w, 4096);
 	assert_int_equal(d->log[0].off, 64 << 10);
 	/* last bytes of the window */
 	fill(w, sizeof(w), 2);
 	assert_int_equal(blk_pwrite(bs, (256 << 10) - 8192, w, 8192, 0), 0);
-	assert_memory_equal(d->data + (320 << 10) - 8192, w, 8192);
-	assert_int_equal(d->data[320 << 10], 0); /* nothing past the window */
+	assert_memory_equal(d->ram.data + (320 << 10) - 8192, w, 8192);
+	assert_int_equal(d->ram.data[320 << 10], 0); /* nothing past the window */
 	/* reads come from the right place; the request's offset is restored */
-	fill(d->data + (64 << 10) + 1000, 3000, 3);
+	fill(d->ram.data + (64 << 10) + 1000, 3000, 3);
 	test_req_init(&t, BLK_OP_READ, 1000, r, 3000, 0, NULL);
 	assert_int_equal(blk_do_sync(bs, &t.req), 0);
-	assert_memory_equal(r, d->data + (64 << 10) + 1000, 3000);
+	assert_memory_equal(r, d->ram.data + (64 << 10) + 1000, 3000);
 	assert_int_equal(t.req.offset, 1000);
 	/* other ops are moved too */
 	test_req_init(&t, BLK_OP_WRITE_ZEROES, 4096, NULL, 4096, 0, NULL);
@@ -157,12 +143,12 @@ static void test_window_align(void **state)
 	ram_cfg.align = 4096;
 	bs = test_open("driver=ram,ram-size=1M,format=raw,offset=8K,size=64K");
 	d = ram_last;
-	memset(d->data, 0x11, 1 << 20);
+	memset(d->ram.data, 0x11, 1 << 20);
 	fill(w, sizeof(w), 9);
 	assert_int_equal(blk_pwrite(bs, 3000, w, sizeof(w), 0), 0);
-	assert_memory_equal(d->data + 8192 + 3000, w, sizeof(w));
-	assert_int_equal(d->data[8192 + 2999], 0x11);
-	assert_int_equal(d->data[8192 + 8000], 0x11);
+	assert_memory_equal(d->ram.data + 8192 + 3000, w, sizeof(w));
+	assert_int_equal(d->ram.data[8192 + 2999], 0x11);
+	assert_int_equal(d->ram.data[8192 + 8000], 0x11);
 	assert_int_equal(d->misaligned, 0);
 	assert_int_equal(blk_pread(bs, 3000, r, sizeof(r)), 0);
 	assert_memory_equal(r, w, sizeof(w));
@@ -172,11 +158,11 @@ static void test_window_align(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_window_io, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_error_restores_offset, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_window_checks, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_passthrough, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_window_align, setup, teardown),
+		RAM_TEST(test_window_io),
+		RAM_TEST(test_error_restores_offset),
+		RAM_TEST(test_window_checks),
+		RAM_TEST(test_passthrough),
+		RAM_TEST(test_window_align),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
