@@ -19,7 +19,6 @@
 #include "export/vhost-user.h"
 #include "loop/loop.h"
 #include "util/log.h"
-#include "util/opts.h"
 
 #define FUZZ_MEM_SIZE (1u << 20)
 #define FUZZ_ROUNDS_PER_MSG 4
@@ -32,23 +31,28 @@ static struct {
 	bool ready, failed;
 } fz;
 
-static int fuzz_init(void)
+/* The caller's thread runs the loop, without polling, quiet but for errors. */
+static int fuzz_loop(void)
 {
 	struct loop_opts lo = {.poll_max_ns = 0};
+	int ret = loop_new(&lo, &fz.loop);
+
+	if (ret == 0)
+		loop_bind_current(fz.loop);
+	return ret;
+}
+
+static int fuzz_init(void)
+{
 	struct vub_export_config cfg = {.blk = {.writable = true, .num_queues = 4}, .nloops = 1};
-	struct kv_opts o = {0};
 	char err[256];
 	int ret;
 
 	log_set_level(LOG_ERR);
-	ret = loop_new(&lo, &fz.loop);
-	if (ret < 0)
-		return ret;
-	loop_bind_current(fz.loop);
-	ret = kv_parse(&o, "driver=null,size=1M,read-zeroes=on", NULL);
+	ret = fuzz_loop();
 	if (!ret)
-		ret = blk_open(&o, &fz.bs, err, sizeof(err));
-	kv_free(&o);
+		ret = blk_open_target("null:size=1M,read-zeroes=on", NULL, NULL, &fz.bs, err,
+				      sizeof(err));
 	if (ret < 0)
 		return ret;
 	cfg.bs = fz.bs;
