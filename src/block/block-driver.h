@@ -4,9 +4,9 @@
  * children (permissions). The built-in drivers are listed here too.
  *
  * The request a driver gets has been checked by the core (range, flags,
- * read-only, alignment) and is the driver's until it finishes it; of the
- * core's fields it may read only req->loop. Threading: as block.h; submit
- * and completions run on req->loop's thread. */
+ * read-only, alignment) and is the driver's until it finishes it; it may
+ * read req->loop (set by blk_submit()), never req->core. Threading: as
+ * block.h; submit and completions run on req->loop's thread. */
 #ifndef IOPLANE_BLOCK_DRIVER_H
 #define IOPLANE_BLOCK_DRIVER_H
 

@@ -1,6 +1,7 @@
-/* Block core internals shared by block.c, align.c, stats.c and open.c; not for
- * drivers. Threading: as block.h; a request's core state is touched only by
- * the thread of req->loop, the overlap list only under its node's track lock. */
+/* Block core internals shared by block.c, align.c, stats.c, open.c and
+ * perm.c; not for drivers. Threading: as block.h; a request's core state
+ * (req->core) is touched only by the thread of req->loop, the overlap list
+ * only under its mutex (struct blk_track). */
 #ifndef IOPLANE_BLOCK_INT_H
 #define IOPLANE_BLOCK_INT_H
 

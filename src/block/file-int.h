@@ -133,7 +133,8 @@ void file_unlock_all(struct file_state *s);
 int file_set_perm(struct blk_node *bs, enum blk_perm_step step, uint32_t perm, uint32_t shared,
 		  char *err, size_t errlen);
 
-/* Engines. submit() gets READ, WRITE and FLUSH only. */
+/* Engines. submit() gets READ and WRITE (file_submit answers empty ones);
+ * io_uring's gets FLUSH too, which the others leave to file_submit_misc. */
 int file_uring_check(char *err, size_t errlen); /* can this machine run it? */
 int file_uring_submit(struct blk_node *bs, struct blk_request *req);
 void file_uring_detach(struct blk_node *bs, struct file_thread *t);

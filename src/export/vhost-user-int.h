@@ -2,7 +2,8 @@
  * loop, rings) and vhost-user-mem.c (memory table, inflight area).
  *
  * THREADING RULE: everything here is owned by the control loop's thread
- * (see vhost-user.h for what the device's threads may touch). */
+ * but mem_faulted (atomic, see there); see vhost-user.h for what the
+ * device's threads may touch. */
 #ifndef IOPLANE_VHOST_USER_INT_H
 #define IOPLANE_VHOST_USER_INT_H
 

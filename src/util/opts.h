@@ -24,7 +24,8 @@ int kv_set(struct kv_opts *o, const char *key, const char *val); /* replaces */
 void kv_free(struct kv_opts *o);
 /* Lookups mark the key used. NULL/dflt when absent. */
 const char *kv_get(struct kv_opts *o, const char *key);
-/* 0 ok (or absent: *out untouched), -EINVAL malformed. */
+/* 0 ok (or absent: *out untouched), -EINVAL malformed, -ERANGE a number
+ * too large. */
 int kv_get_bool(struct kv_opts *o, const char *key, bool *out);
 int kv_get_u64(struct kv_opts *o, const char *key, uint64_t *out);  /* plain number */
 int kv_get_size(struct kv_opts *o, const char *key, uint64_t *out); /* K/M/G/T suffixes */

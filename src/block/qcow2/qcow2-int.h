@@ -371,8 +371,9 @@ int qc_co_op(struct blk_node *node, uint8_t op, uint64_t off, uint64_t len, uint
 int qc_co_rw_iov(struct blk_node *node, uint8_t op, uint64_t off, uint64_t len,
 		 const struct iovec *iov, int iovcnt, size_t iov_off);
 int qc_co_flush(struct blk_node *node);
-/* Run fn(arg) in a coroutine on the current loop (-EINVAL if none) and
- * wait for it: for open, close, truncate and the tool API. */
+/* Run fn(arg) in a coroutine on the current loop, running the loop until it
+ * is done, and return its result: for open, close, truncate and the tool
+ * API. From inside a coroutine, fn runs at once; without a loop, -EINVAL. */
 int qc_run_sync(int (*fn)(void *arg), void *arg);
 /* Run a blocking function on the thread pool from a coroutine. */
 int qc_co_blocking(int (*fn)(void *arg), void *arg);

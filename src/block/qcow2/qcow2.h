@@ -2,9 +2,11 @@
  * The driver itself is a built-in like the others (blk_drv_qcow2 in
  * block-driver.h) and is used through blk_open(...,format=qcow2,...).
  *
- * Threading: every function here is synchronous and runs on a loop thread
- * (the main thread with a bound loop; a temporary loop is made if none is
- * bound) while no other request is in flight on the node. */
+ * Threading: every function here is synchronous and must be called on a
+ * thread that runs a loop (loop_current(); the main thread with a bound
+ * loop), while no other request is in flight on the node. It runs its work
+ * in a coroutine and that loop until the work is done; without a loop it
+ * fails with -EINVAL (qc_run_sync). */
 #ifndef IOPLANE_QCOW2_H
 #define IOPLANE_QCOW2_H
 
