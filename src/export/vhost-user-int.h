@@ -17,6 +17,9 @@ struct vu_reply {
 	uint64_t payload[VU_MAX_PAYLOAD / 8];
 };
 
+/* A message handler (see vu_msg_wait). */
+typedef int vu_handler_fn(struct vu_dev *d, struct vu_reply *rep);
+
 struct vu_dev {
 	struct loop *loop;
 	int fd;
@@ -55,7 +58,7 @@ struct vu_dev {
 	unsigned pending; /* queue stops and fd hand-overs not finished yet */
 	bool busy;        /* a handler waits for `pending` to reach 0 */
 	/* What runs when it has: NULL, the handler again (a stop), else this. */
-	int (*resume)(struct vu_dev *d, struct vu_reply *rep);
+	vu_handler_fn *resume;
 	bool closing;
 };
 

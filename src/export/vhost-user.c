@@ -518,7 +518,7 @@ static int h_set_config(struct vu_dev *d, struct vu_reply *rep)
 #define VAR (-1)
 
 struct vu_handler {
-	int (*fn)(struct vu_dev *d, struct vu_reply *rep);
+	vu_handler_fn *fn;
 	int16_t size; /* payload bytes, or VAR: the handler checks */
 	int8_t nfds;  /* fds carried, or VAR */
 	bool reply;   /* the message always has a reply */
@@ -784,7 +784,7 @@ static void vu_watch(struct vu_dev *d, bool on)
 static void vu_resume(struct vu_dev *d)
 {
 	const struct vu_handler *h = msg_handler(d);
-	int (*fn)(struct vu_dev *d, struct vu_reply *rep) = d->resume ? d->resume : h->fn;
+	vu_handler_fn *fn = d->resume ? d->resume : h->fn;
 	struct vu_reply rep = {.fd = -1};
 	int ret;
 
