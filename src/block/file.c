@@ -77,16 +77,18 @@ enum file_rw_next file_rw_advance(struct file_rw *rw, struct blk_request *req, s
 	if (res < 0)
 		return file_rw_fail(rw, (int)res);
 	if (res == 0) {
+		/* A write that moves nothing will not move more. */
 		if (req->op != BLK_OP_READ)
-			return file_rw_fail(rw, -ENOSPC); /* moving nothing, it will not move more */
+			return file_rw_fail(rw, -ENOSPC);
 		/* End of file (the file is shorter than the node, e.g. an
 		 * unaligned tail under O_DIRECT): the rest reads as zeroes. */
 		iov_memset(req->iov, req->iovcnt, req->len - rw->left, 0, rw->left);
 		rw->left = 0;
 		return FILE_RW_DONE;
 	}
+	/* The kernel never does this; do not walk off the iovec. */
 	if ((uint64_t)res > rw->left)
-		return file_rw_fail(rw, -EIO); /* the kernel never does this; do not walk off the iovec */
+		return file_rw_fail(rw, -EIO);
 	rw->pos += (uint64_t)res;
 	rw->left -= (uint64_t)res;
 	n = (size_t)res;

@@ -290,6 +290,7 @@ static int cr_data_file(const char *image, const struct qcow2_create_opts *o, ch
 {
 	/* Like QEMU, a relative data file name is taken as it is (relative to
 	 * the working directory), unlike a backing file name. */
+	enum qcow2_prealloc p = o->prealloc == QCOW2_PREALLOC_OFF ? QCOW2_PREALLOC_METADATA : o->prealloc;
 	char sub[384];
 	int fd, ret;
 
@@ -297,8 +298,7 @@ static int cr_data_file(const char *image, const struct qcow2_create_opts *o, ch
 	fd = blk_file_create(o->data_file, BLK_CREATE_PERM, BLK_CREATE_SHARED, sub, sizeof(sub));
 	if (fd < 0)
 		return cr_err(err, n, fd, "cannot create data file", sub);
-	ret = cr_prealloc_data(fd, o->prealloc == QCOW2_PREALLOC_OFF ? QCOW2_PREALLOC_METADATA
-								       : o->prealloc, 0, o->size);
+	ret = cr_prealloc_data(fd, p, 0, o->size);
 	if (!ret && fsync(fd) != 0)
 		ret = -errno;
 	close(fd);

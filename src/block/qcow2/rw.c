@@ -522,9 +522,11 @@ int qc_co_zero(struct qc_state *s, uint64_t off, uint64_t len, uint32_t flags, b
 	if (!discard && off < a)
 		ret = qc_zero_buffers(s, off, a - off);
 	for (uint64_t c = a; ret == 0 && c < b; c += s->cluster_size) {
+		uint64_t ce = c + s->cluster_size > end ? end : c + s->cluster_size;
+
 		ret = qc_zero_cluster(s, c >> s->cluster_bits, flags, discard, &buffers);
 		if (ret == 0 && buffers)
-			ret = qc_zero_buffers(s, c, (c + s->cluster_size > end ? end : c + s->cluster_size) - c);
+			ret = qc_zero_buffers(s, c, ce - c);
 	}
 	if (ret == 0 && !discard && b < end)
 		ret = qc_zero_buffers(s, b, end - b);
