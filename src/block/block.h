@@ -43,7 +43,8 @@ enum blk_op {
 /* Request flags */
 #define BLK_F_FUA (1u << 0)         /* write/write-zeroes: durable on completion */
 #define BLK_F_MAY_UNMAP (1u << 1)   /* write-zeroes: may deallocate */
-#define BLK_F_NO_FALLBACK (1u << 2) /* write-zeroes: fail with -ENOTSUP rather than write zero buffers */
+/* write-zeroes: fail with -ENOTSUP rather than write zero buffers */
+#define BLK_F_NO_FALLBACK (1u << 2)
 #define BLK_F__ALL (BLK_F_FUA | BLK_F_MAY_UNMAP | BLK_F_NO_FALLBACK)
 
 /* Block-status result bits */

@@ -2,9 +2,10 @@
  * queued during the round and sent from the loop's flush hook, in io_submit
  * calls of at most aio-max-batch requests (FILE_AIO_MAX_BATCH_NATIVE by
  * default, see file.h for why not one call for all); what does not fit in
- * the context (FILE_AIO_DEPTH in flight) or what the kernel refuses with -EAGAIN stays queued and goes when completions free
- * room. Completions are reaped from the AIO ring in user space, by a poll
- * handler while the loop busy-polls and by an eventfd handler when it slept.
+ * the context (FILE_AIO_DEPTH in flight) or what the kernel refuses with
+ * -EAGAIN stays queued and goes when completions free room. Completions are
+ * reaped from the AIO ring in user space, by a poll handler while the loop
+ * busy-polls and by an eventfd handler when it slept.
  *
  * Threading: everything runs on the request's loop; the per-loop state
  * (context, queue, counters) is owned by that loop's thread. */
@@ -123,7 +124,8 @@ static void file_aio_finish(struct file_aio_thread *th, struct file_aio_req *a, 
 
 /* One io_submit for what is queued, up to the batch limit and the room in
  * the context. Runs from the flush hook or after reaping, never inside a
- * submit call, so failing a request here completes it directly. Returns false when the kernel wants us to back off. */
+ * submit call, so failing a request here completes it directly. Returns
+ * false when the kernel wants us to back off. */
 static bool file_aio_submit_once(struct file_aio_thread *th)
 {
 	struct iocb *batch[FILE_AIO_DEPTH];
