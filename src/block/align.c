@@ -17,8 +17,8 @@
 #include "util/iov.h"
 
 #define ALIGN_DOWN(x, a) ((x) & ~((uint64_t)(a)-1))
-#define ALIGN_UP(x, a)	 ALIGN_DOWN((x) + (a)-1, a)
-#define ALIGN_MAX_STEPS	 5
+#define ALIGN_UP(x, a) ALIGN_DOWN((x) + (a)-1, a)
+#define ALIGN_MAX_STEPS 5
 
 enum align_kind { ALIGN_READ, ALIGN_WRITE, ALIGN_WZ, ALIGN_DISCARD };
 

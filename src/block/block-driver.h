@@ -44,9 +44,9 @@ struct blk_driver {
 	/* Capability probes (NULL = false), asked once at open (bs->has_*). */
 	bool (*can_discard)(struct blk_node *bs);
 	bool (*can_write_zeroes)(struct blk_node *bs);
-	bool (*can_fua)(struct blk_node *bs);         /* false: core emulates with a flush */
+	bool (*can_fua)(struct blk_node *bs); /* false: core emulates with a flush */
 	bool (*can_block_status)(struct blk_node *bs);
-	bool (*can_multi_conn)(struct blk_node *bs);  /* flush covers all threads' writes */
+	bool (*can_multi_conn)(struct blk_node *bs); /* flush covers all threads' writes */
 	/* Permissions (perm.c), main thread. The children this node uses and
 	 * what it needs of each while it holds perm and shares shared: fills
 	 * out (at most BLK_PERM_MAX_CHILDREN), returns the count. NULL: `next`
@@ -107,7 +107,7 @@ static inline struct blk_request *blk_req_from_drv(void *ctx)
  * ctor on first use (NULL on failure). Freed by the driver (detach_loop,
  * close). */
 void *blk_thread_state(struct blk_node *bs, struct loop *loop,
-                       void *(*ctor)(struct blk_node *bs, struct loop *loop));
+		       void *(*ctor)(struct blk_node *bs, struct loop *loop));
 
 /* Children a driver opens itself (main thread, no request in flight):
  * blk_add_child makes bs own child from now on (the core closes it after

@@ -13,8 +13,8 @@
 
 /* req->core.flags bits. All zero for a request on the fast path. */
 #define BLK_CORE_INTERNAL (1u << 0) /* core child request: completion goes straight to cb */
-#define BLK_CORE_TRACKED  (1u << 1) /* on the node's overlap list */
-#define BLK_CORE_SHIFTED  (1u << 2) /* offset moved by blk_forward_shift() */
+#define BLK_CORE_TRACKED (1u << 1)  /* on the node's overlap list */
+#define BLK_CORE_SHIFTED (1u << 2)  /* offset moved by blk_forward_shift() */
 #define BLK_CORE_FUA_EMUL (1u << 3) /* flush once the write is done */
 #define BLK_CORE_OP_SAVED (1u << 4) /* op replaced (by that flush): restore saved_op */
 #define BLK_CORE_WZ_RETRY (1u << 5) /* write-zeroes: write zero buffers on -ENOTSUP */
@@ -23,7 +23,7 @@
 struct blk_track {
 	pthread_mutex_t lock;
 	struct blk_request *head, *tail; /* protected by lock */
-	uint64_t waits;			 /* protected by lock: times a request had to wait */
+	uint64_t waits;                  /* protected by lock: times a request had to wait */
 	/* Protected by lock: serialising requests on the list, and requests
 	 * waiting for an earlier one. While both are zero, a plain write can
 	 * neither conflict nor have anyone to wake: no list walk. */

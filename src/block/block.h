@@ -41,16 +41,16 @@ enum blk_op {
 };
 
 /* Request flags */
-#define BLK_F_FUA (1u << 0)         /* write/write-zeroes: durable on completion */
-#define BLK_F_MAY_UNMAP (1u << 1)   /* write-zeroes: may deallocate */
+#define BLK_F_FUA (1u << 0)       /* write/write-zeroes: durable on completion */
+#define BLK_F_MAY_UNMAP (1u << 1) /* write-zeroes: may deallocate */
 /* write-zeroes: fail with -ENOTSUP rather than write zero buffers */
 #define BLK_F_NO_FALLBACK (1u << 2)
 #define BLK_F__ALL (BLK_F_FUA | BLK_F_MAY_UNMAP | BLK_F_NO_FALLBACK)
 
 /* Block-status result bits */
-#define BLK_STATUS_DATA (1u << 0)      /* range holds data (not known to be a hole) */
-#define BLK_STATUS_ZERO (1u << 1)      /* range reads as zeroes */
-#define BLK_STATUS_ALLOCATED (1u << 2) /* allocated in this layer (not from a backing file) */
+#define BLK_STATUS_DATA (1u << 0)         /* range holds data (not known to be a hole) */
+#define BLK_STATUS_ZERO (1u << 1)         /* range reads as zeroes */
+#define BLK_STATUS_ALLOCATED (1u << 2)    /* allocated in this layer (not from a backing file) */
 #define BLK_STATUS_OFFSET_VALID (1u << 3) /* status_offset holds the host offset of `offset` */
 
 /* Bytes of per-request driver context (see block-driver.h). */
@@ -61,29 +61,29 @@ enum blk_op {
  * other (file-lock.c). A node "holds" the permissions its users need and
  * "shares" those it lets other users (in this or another process) have. */
 #define BLK_PERM_CONSISTENT_READ (1u << 0) /* reads see what was written */
-#define BLK_PERM_WRITE		 (1u << 1)
+#define BLK_PERM_WRITE (1u << 1)
 #define BLK_PERM_WRITE_UNCHANGED (1u << 2) /* writes that do not change the data */
-#define BLK_PERM_RESIZE		 (1u << 3)
-#define BLK_PERM_ALL		 0xfu
-#define BLK_PERM_COUNT		 4
+#define BLK_PERM_RESIZE (1u << 3)
+#define BLK_PERM_ALL 0xfu
+#define BLK_PERM_COUNT 4
 
 /* The core's own part of a request (block.c, align.c, stats.c): set by
  * blk_submit(), never read or written by the submitter or a driver.
  * Owned by the thread of req->loop, except the overlap-list links. */
 struct blk_req_core {
-	struct blk_node *node;       /* the node the request was submitted to */
-	struct blk_stats *st;        /* node's statistics slot for req->loop */
+	struct blk_node *node; /* the node the request was submitted to */
+	struct blk_stats *st;  /* node's statistics slot for req->loop */
 	uint64_t start_tsc;
-	uint64_t shift;              /* offset added by blk_forward_shift(), undone on completion */
-	int ret;                     /* result kept for a deferred completion */
-	uint16_t flags;              /* BLK_CORE_* (block-int.h); 0 on the fast path */
+	uint64_t shift; /* offset added by blk_forward_shift(), undone on completion */
+	int ret;        /* result kept for a deferred completion */
+	uint16_t flags; /* BLK_CORE_* (block-int.h); 0 on the fast path */
 	uint8_t saved_op;
 	union {
 		struct loop_defer defer; /* deferred completion */
 		struct loop_msg wake;    /* resume after waiting for an overlapping request */
 	};
-	struct blk_request *parent;  /* internal child: the request it works for */
-	void *slow;                  /* alignment slow-path state (align.c) */
+	struct blk_request *parent; /* internal child: the request it works for */
+	void *slow;                 /* alignment slow-path state (align.c) */
 	/* Overlap tracking (align > 1 only): protected by the mutex of the
 	 * node's overlap list (struct blk_track, block-int.h). */
 	struct blk_request *track_next, *track_prev;
@@ -93,11 +93,11 @@ struct blk_req_core {
 
 struct blk_request {
 	/* Set by the submitter. */
-	uint8_t op;            /* enum blk_op */
-	uint32_t flags;        /* BLK_F_* */
-	uint64_t offset;       /* bytes */
-	uint64_t len;          /* bytes; read/write: must equal the iovec's total */
-	struct iovec *iov;     /* read/write only */
+	uint8_t op;        /* enum blk_op */
+	uint32_t flags;    /* BLK_F_* */
+	uint64_t offset;   /* bytes */
+	uint64_t len;      /* bytes; read/write: must equal the iovec's total */
+	struct iovec *iov; /* read/write only */
 	int iovcnt;
 	void (*cb)(struct blk_request *req, int ret);
 	void *opaque;
@@ -138,10 +138,10 @@ struct blk_stats {
 };
 
 /* Child roles (static strings; compare with strcmp). */
-#define BLK_ROLE_FILE      "file"      /* the node a format driver forwards to */
-#define BLK_ROLE_BACKING   "backing"   /* qcow2: unallocated clusters read from here */
+#define BLK_ROLE_FILE "file"           /* the node a format driver forwards to */
+#define BLK_ROLE_BACKING "backing"     /* qcow2: unallocated clusters read from here */
 #define BLK_ROLE_DATA_FILE "data-file" /* qcow2: guest data outside the image file */
-#define BLK_MAX_CHILDREN   4
+#define BLK_MAX_CHILDREN 4
 
 struct blk_child {
 	const char *role;      /* BLK_ROLE_* */
@@ -160,16 +160,16 @@ struct blk_node {
 	struct blk_child children[BLK_MAX_CHILDREN];
 	unsigned nchildren;
 	char *name;
-	void *opaque;            /* driver state */
-	uint64_t size;           /* bytes */
+	void *opaque;  /* driver state */
+	uint64_t size; /* bytes */
 	/* The core only hands the driver requests whose offset, length and
 	 * iovec segment lengths are multiples of align and whose buffer
 	 * addresses are multiples of mem_align (Linux O_DIRECT rules). */
-	uint32_t align;          /* request alignment: offset and length (>= 1) */
-	uint32_t mem_align;      /* buffer address alignment (>= 1) */
-	uint32_t max_transfer;   /* 0: unlimited; advisory, the core does not split */
+	uint32_t align;        /* request alignment: offset and length (>= 1) */
+	uint32_t mem_align;    /* buffer address alignment (>= 1) */
+	uint32_t max_transfer; /* 0: unlimited; advisory, the core does not split */
 	bool read_only;
-	bool discard_ignore;     /* discard=ignore: succeed without doing anything */
+	bool discard_ignore; /* discard=ignore: succeed without doing anything */
 	/* Capabilities, cached by blk_open() from the driver's probes. */
 	bool has_fua, has_discard, has_write_zeroes, has_block_status;
 	/* Permissions (perm.c), main thread only. user_perm/user_shared: what
@@ -211,8 +211,8 @@ void blk_register_builtin_drivers(void);
 int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errlen);
 /* Open a TARGET as `ioplane bench`/`img` take it: a path, or
  * "null:size=SIZE[,...]" ; fmt may be NULL (raw). extra: more options (may be NULL). */
-int blk_open_target(const char *target, const char *fmt, const char *extra,
-                    struct blk_node **out, char *err, size_t errlen);
+int blk_open_target(const char *target, const char *fmt, const char *extra, struct blk_node **out,
+		    char *err, size_t errlen);
 /* Permissions (perm.c): the users of root node bs now hold perm and share
  * shared (BLK_PERM_*); every node below gets what its parent's driver says
  * it needs, and file nodes lock accordingly. All or nothing: on a conflict
@@ -253,7 +253,10 @@ int blk_flush_tree_sync(struct blk_node *bs);
  * block-status clamp), iov and flags are as submitted when it runs. */
 int blk_submit(struct blk_node *bs, struct blk_request *req);
 
-static inline uint64_t blk_size(const struct blk_node *bs) { return bs->size; }
+static inline uint64_t blk_size(const struct blk_node *bs)
+{
+	return bs->size;
+}
 bool blk_can_discard(struct blk_node *bs);      /* discard really deallocates */
 bool blk_can_write_zeroes(struct blk_node *bs); /* without writing zero buffers */
 bool blk_can_fua(struct blk_node *bs);          /* without a flush */

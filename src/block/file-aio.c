@@ -23,7 +23,7 @@
 #include "util/compiler.h"
 #include "util/log.h"
 
-#define FILE_AIO_REAP	  16 /* events copied out of the ring at a time */
+#define FILE_AIO_REAP 16 /* events copied out of the ring at a time */
 #define FILE_AIO_RETRY_NS 1000000ull
 
 /* The completion ring the kernel maps at the io_context_t address (fs/aio.c,

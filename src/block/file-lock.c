@@ -17,7 +17,7 @@
 
 #include "block/file-int.h"
 
-#define LOCK_PERM_BASE	 100 /* QEMU's RAW_LOCK_PERM_BASE */
+#define LOCK_PERM_BASE 100   /* QEMU's RAW_LOCK_PERM_BASE */
 #define LOCK_SHARED_BASE 200 /* QEMU's RAW_LOCK_SHARED_BASE */
 
 static int lock_byte(int fd, int cmd, short type, off_t off, struct flock *fl)

@@ -21,8 +21,8 @@
 struct file_uring_thread {
 	struct file_thread t;
 	struct loop_flush flush; /* end of round: close the batch count */
-	uint64_t batch;		 /* SQEs prepared in this round */
-	unsigned max_batch;	 /* file_state's aio-max-batch; 0: the round */
+	uint64_t batch;          /* SQEs prepared in this round */
+	unsigned max_batch;      /* file_state's aio-max-batch; 0: the round */
 };
 
 struct file_uring_req {

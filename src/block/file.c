@@ -312,8 +312,10 @@ static int file_type_err(const char *path, mode_t m, char *err, size_t errlen)
 		n = readlink(path, target, sizeof(target) - 1);
 	if (n >= 0) {
 		target[n] = 0;
-		snprintf(err, errlen, "'%s' (a symbolic link to '%s') is %s, not a regular file "
-			 "or a block device", path, target, file_type_name(m));
+		snprintf(err, errlen,
+			 "'%s' (a symbolic link to '%s') is %s, not a regular file "
+			 "or a block device",
+			 path, target, file_type_name(m));
 	} else {
 		snprintf(err, errlen, "'%s' is %s, not a regular file or a block device", path,
 			 file_type_name(m));
@@ -330,8 +332,10 @@ static int file_open_err(const char *path, int flags, int e, char *err, size_t e
 	if (stat(path, &st) == 0 && !file_type_ok(st.st_mode))
 		return file_type_err(path, st.st_mode, err, errlen);
 	if (e == EINVAL && (flags & O_DIRECT))
-		snprintf(err, errlen, "cannot open '%s' with O_DIRECT (cache=none); the file "
-			 "system may not support it, try cache=writeback", path);
+		snprintf(err, errlen,
+			 "cannot open '%s' with O_DIRECT (cache=none); the file "
+			 "system may not support it, try cache=writeback",
+			 path);
 	else
 		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(e));
 	return -e;
@@ -382,8 +386,7 @@ struct file_opts {
 };
 
 /* locking=on|off|auto, as QEMU's file driver: auto locks where OFD locks work. */
-static int file_parse_locking(struct kv_opts *opts, struct file_opts *fo, char *err,
-			      size_t errlen)
+static int file_parse_locking(struct kv_opts *opts, struct file_opts *fo, char *err, size_t errlen)
 {
 	const char *l = kv_get(opts, "locking");
 

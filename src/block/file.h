@@ -24,7 +24,7 @@ int blk_file_open(const char *path, int flags, mode_t mode, char *err, size_t er
  * bytes. The fd keeps the locks until closed. fd or -errno with a message
  * in err. QEMU creates a file holding write and resize and sharing all but
  * resize (BLK_CREATE_*), and a qcow2 image then as a writable qcow2 open. */
-#define BLK_CREATE_PERM	  (BLK_PERM_WRITE | BLK_PERM_RESIZE)
+#define BLK_CREATE_PERM (BLK_PERM_WRITE | BLK_PERM_RESIZE)
 #define BLK_CREATE_SHARED (BLK_PERM_ALL & ~BLK_PERM_RESIZE)
 int blk_file_create(const char *path, uint32_t perm, uint32_t shared, char *err, size_t errlen);
 

@@ -117,8 +117,7 @@ static int raw_submit(struct blk_node *bs, struct blk_request *req)
 {
 	const struct raw_state *s = bs->opaque;
 
-	if (unlikely(s->probed) && req->op == BLK_OP_WRITE &&
-	    req->offset < RAW_PROBE_BYTES) {
+	if (unlikely(s->probed) && req->op == BLK_OP_WRITE && req->offset < RAW_PROBE_BYTES) {
 		int ret = raw_check_sector0(req);
 
 		if (ret)
@@ -173,7 +172,7 @@ static unsigned raw_child_perms(struct blk_node *bs, uint32_t perm, uint32_t sha
 	const struct raw_state *s = bs->opaque;
 	const uint32_t wr = BLK_PERM_WRITE | BLK_PERM_RESIZE;
 
-	out[0] = (struct blk_perm_req){ bs->next, perm, shared };
+	out[0] = (struct blk_perm_req){bs->next, perm, shared};
 	if (s && s->window) {
 		blk_perm_storage(bs, false, true, perm, shared, &out[0]);
 		out[0].perm = (out[0].perm & ~wr) | (perm & wr);

@@ -107,8 +107,7 @@ static bool region_overlaps(const struct vring_mem *m, const struct vring_region
 	return false;
 }
 
-static int mem_add(struct vring_mem *m, const struct vu_mem_region *in, int fd,
-		   atomic_int *faulted)
+static int mem_add(struct vring_mem *m, const struct vu_mem_region *in, int fd, atomic_int *faulted)
 {
 	struct vring_region r;
 	int ret;

@@ -24,10 +24,10 @@
 
 #define VU_MSGS_PER_ROUND 64
 #define VU_F_PROTOCOL (1ull << VHOST_USER_F_PROTOCOL_FEATURES)
-#define VU_OUR_PF                                                                          \
-	(1ull << VHOST_USER_PROTOCOL_F_MQ | 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK |      \
-	 1ull << VHOST_USER_PROTOCOL_F_CONFIG | 1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD | \
-	 1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE |                                      \
+#define VU_OUR_PF                                                                                  \
+	(1ull << VHOST_USER_PROTOCOL_F_MQ | 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK |              \
+	 1ull << VHOST_USER_PROTOCOL_F_CONFIG | 1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD |     \
+	 1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE |                                              \
 	 1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS)
 
 static void vu_finalize(struct vu_dev *d);
@@ -311,7 +311,7 @@ static int vq_hand_over(struct vu_dev *d, unsigned idx, int *slot, bool nofd)
 
 	if (vq->stopping)
 		return vu_msg_wait(d); /* handled again once stopped */
-	vq->retired_fd = *slot; /* one at a time: the socket waits meanwhile */
+	vq->retired_fd = *slot;        /* one at a time: the socket waits meanwhile */
 	*slot = nofd ? -1 : vu_take_fd(d, 0);
 	if (d->ops->queue_set_fds(d->opaque, d, idx) <= 0) {
 		close_fd(&vq->retired_fd);
@@ -343,8 +343,9 @@ static int h_set_vring_fd(struct vu_dev *d, int which)
 		return -EINVAL;
 	}
 	vq = &d->vqs[idx];
-	slot = which == VHOST_USER_SET_VRING_KICK ? &vq->kick_fd :
-	       which == VHOST_USER_SET_VRING_CALL ? &vq->call_fd : &vq->err_fd;
+	slot = which == VHOST_USER_SET_VRING_KICK   ? &vq->kick_fd
+	       : which == VHOST_USER_SET_VRING_CALL ? &vq->call_fd
+						    : &vq->err_fd;
 	if (which != VHOST_USER_SET_VRING_KICK && vq->running)
 		return vq_hand_over(d, idx, slot, nofd);
 	/* A new kick fd changes what the queue's loop watches: stop it first. */
@@ -549,8 +550,7 @@ static const struct vu_handler handlers[VHOST_USER_MAX_REQUEST] = {
 	[VHOST_USER_GET_INFLIGHT_FD] = {vu_h_get_inflight_fd, VAR, 0, true, "GET_INFLIGHT_FD"},
 	[VHOST_USER_SET_INFLIGHT_FD] = {vu_h_set_inflight_fd, VAR, 1, false, "SET_INFLIGHT_FD"},
 	[VHOST_USER_RESET_DEVICE] = {h_reset_device, 0, 0, false, "RESET_DEVICE"},
-	[VHOST_USER_GET_MAX_MEM_SLOTS] = {vu_h_get_max_mem_slots, 0, 0, true,
-					  "GET_MAX_MEM_SLOTS"},
+	[VHOST_USER_GET_MAX_MEM_SLOTS] = {vu_h_get_max_mem_slots, 0, 0, true, "GET_MAX_MEM_SLOTS"},
 	[VHOST_USER_ADD_MEM_REG] = {vu_h_add_mem_reg, 40, 1, false, "ADD_MEM_REG"},
 	[VHOST_USER_REM_MEM_REG] = {vu_h_rem_mem_reg, 40, VAR, false, "REM_MEM_REG"},
 };
@@ -644,10 +644,12 @@ static int vu_recv(struct vu_dev *d)
 		struct cmsghdr align;
 	} u;
 	while (msg_missing(d)) {
-		char *dst = d->have < VU_HDR_SIZE ? (char *)&d->hdr + d->have :
-						    (char *)d->payload + (d->have - VU_HDR_SIZE);
+		char *dst = d->have < VU_HDR_SIZE ? (char *)&d->hdr + d->have
+						  : (char *)d->payload + (d->have - VU_HDR_SIZE);
 		struct iovec iov = {dst, msg_missing(d)};
-		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+		struct msghdr mh = {.msg_iov = &iov,
+				    .msg_iovlen = 1,
+				    .msg_control = u.buf,
 				    .msg_controllen = sizeof(u.buf)};
 		ssize_t n;
 		int ret;
@@ -703,8 +705,8 @@ static int msg_finish(struct vu_dev *d, const struct vu_handler *h, int ret, str
 	int sret = 0;
 
 	if (ret < 0)
-		log_warn("%s: %s (request %u, %u bytes, %u fds): %s", d->name, name,
-			 d->hdr.request, d->hdr.size, d->nfds, strerror(-ret));
+		log_warn("%s: %s (request %u, %u bytes, %u fds): %s", d->name, name, d->hdr.request,
+			 d->hdr.size, d->nfds, strerror(-ret));
 	if (h && h->reply && ret == 0) {
 		sret = vu_send(d, rep);
 	} else if (!(h && h->reply) && ack) {

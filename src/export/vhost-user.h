@@ -71,11 +71,11 @@ enum vu_request {
 #define VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS 15
 
 #define VU_HDR_SIZE 12
-#define VU_MAX_FDS 8         /* fds one message may carry (SET_MEM_TABLE) */
-#define VU_MEM_TABLE_MAX 8   /* regions in one SET_MEM_TABLE */
-#define VU_CONFIG_MAX 256    /* configuration space bytes */
-#define VU_MAX_PAYLOAD 512   /* larger messages close the connection */
-#define VU_MAX_QUEUES 256    /* the vring index has 8 bits */
+#define VU_MAX_FDS 8       /* fds one message may carry (SET_MEM_TABLE) */
+#define VU_MEM_TABLE_MAX 8 /* regions in one SET_MEM_TABLE */
+#define VU_CONFIG_MAX 256  /* configuration space bytes */
+#define VU_MAX_PAYLOAD 512 /* larger messages close the connection */
+#define VU_MAX_QUEUES 256  /* the vring index has 8 bits */
 
 struct vu_msg_hdr {
 	uint32_t request;
@@ -136,8 +136,8 @@ struct vu_vq {
 	int retired_fd; /* call or error fd handed over, closed once the device is done */
 	uint64_t desc_uva, avail_uva, used_uva;
 	bool have_addr;
-	bool enabled;   /* SET_VRING_ENABLE */
-	bool running;   /* between queue_start and the stop finishing */
+	bool enabled; /* SET_VRING_ENABLE */
+	bool running; /* between queue_start and the stop finishing */
 	bool stopping;
 };
 
@@ -168,7 +168,7 @@ struct vu_dev_config {
 	unsigned num_queues;
 	const struct vu_dev_ops *ops;
 	void *opaque;
-	const char *name;  /* for log messages */
+	const char *name; /* for log messages */
 };
 
 /* Serve a connected socket (ownership of fd passes, also on failure). */

@@ -20,8 +20,8 @@ static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
 #if defined(__x86_64__)
 static void clock_sleep_ns(uint64_t ns)
 {
-	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ull),
-			       .tv_nsec = (long)(ns % 1000000000ull) };
+	struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+			      .tv_nsec = (long)(ns % 1000000000ull)};
 
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;

@@ -18,9 +18,15 @@ static inline uint64_t clock_mono_ns(void)
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
-static inline uint64_t clock_ticks(void) { return __rdtsc(); }
+static inline uint64_t clock_ticks(void)
+{
+	return __rdtsc();
+}
 #else
-static inline uint64_t clock_ticks(void) { return clock_mono_ns(); }
+static inline uint64_t clock_ticks(void)
+{
+	return clock_mono_ns();
+}
 #endif
 
 static inline uint64_t clock_ticks_to_ns(uint64_t ticks)

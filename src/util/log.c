@@ -37,8 +37,8 @@ static int log_level_from_env(bool *bad)
 		const char *name;
 		enum log_level level;
 	} names[] = {
-		{ "err", LOG_ERR },	  { "error", LOG_ERR }, { "warn", LOG_WARN },
-		{ "warning", LOG_WARN }, { "info", LOG_INFO },	{ "debug", LOG_DEBUG },
+		{"err", LOG_ERR},      {"error", LOG_ERR}, {"warn", LOG_WARN},
+		{"warning", LOG_WARN}, {"info", LOG_INFO}, {"debug", LOG_DEBUG},
 	};
 	const char *s = getenv("IOPLANE_LOG");
 	size_t i;

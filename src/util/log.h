@@ -11,7 +11,10 @@ void log_msg(enum log_level l, const char *fmt, ...) __attribute__((format(print
 #define log_err(...) log_msg(LOG_ERR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_WARN, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)
-#define log_debug(...) \
-	do { if (log_get_level() >= LOG_DEBUG) log_msg(LOG_DEBUG, __VA_ARGS__); } while (0)
+#define log_debug(...)                                                                             \
+	do {                                                                                       \
+		if (log_get_level() >= LOG_DEBUG)                                                  \
+			log_msg(LOG_DEBUG, __VA_ARGS__);                                           \
+	} while (0)
 
 #endif

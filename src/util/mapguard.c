@@ -40,7 +40,8 @@ static void mapguard_sigbus(int sig, siginfo_t *si, void *uctx)
 			continue;
 		/* The faulting instruction runs again on zero pages. */
 		if (mmap((void *)base, len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+			 0) == MAP_FAILED)
 			break;
 		flag = atomic_load(&slots[i].flag);
 		if (flag)

@@ -37,7 +37,7 @@ static int kv_append(struct kv_opts *o, char *key, char *val)
 		o->v = v;
 		o->cap = cap;
 	}
-	o->v[o->n++] = (struct kv){ .key = key, .val = val, .used = false };
+	o->v[o->n++] = (struct kv){.key = key, .val = val, .used = false};
 	return 0;
 fail:
 	free(key);
@@ -357,8 +357,8 @@ int parse_size(const char *s, uint64_t *out)
 
 int parse_bool(const char *s, bool *out)
 {
-	static const char *const yes[] = { "on", "yes", "true", "1" };
-	static const char *const no[] = { "off", "no", "false", "0" };
+	static const char *const yes[] = {"on", "yes", "true", "1"};
+	static const char *const no[] = {"off", "no", "false", "0"};
 	size_t i;
 
 	if (!s)

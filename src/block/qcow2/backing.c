@@ -25,8 +25,8 @@
 static __thread unsigned qc_chain_depth;
 
 /* Options of the image that its backing and data files take too. */
-static const char *const qc_inherited[] = { "cache", "aio", "aio-max-batch", "locking",
-					    "force-share", "x-no-io" };
+static const char *const qc_inherited[] = {"cache",   "aio",         "aio-max-batch",
+					   "locking", "force-share", "x-no-io"};
 
 /* Open PATH as the given format, read-only unless rw, with the cache,
  * engine and locking options of the image itself. */
@@ -34,7 +34,7 @@ static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *p
 			 const char *fmt, bool rw, struct blk_node **out, char *err, size_t errlen,
 			 bool relative)
 {
-	struct kv_opts o = { 0 };
+	struct kv_opts o = {0};
 	char *full = relative ? path_relative(s->image_path, path) : strdup(path);
 	int ret;
 
@@ -90,8 +90,10 @@ int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t 
 	if (!name || !*name)
 		return 0;
 	if (!fmt) {
-		snprintf(err, errlen, "qcow2: backing file '%s' has no declared format (formats are "
-			 "never probed); give it with backing-format=raw|qcow2", name);
+		snprintf(err, errlen,
+			 "qcow2: backing file '%s' has no declared format (formats are "
+			 "never probed); give it with backing-format=raw|qcow2",
+			 name);
 		return -EINVAL;
 	}
 	if (strcmp(fmt, "raw") && strcmp(fmt, "qcow2")) {
@@ -99,7 +101,8 @@ int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t 
 		return -ENOTSUP;
 	}
 	if (qc_chain_depth >= QC_MAX_CHAIN) {
-		snprintf(err, errlen, "qcow2: backing chain longer than %d (a loop?)", QC_MAX_CHAIN);
+		snprintf(err, errlen, "qcow2: backing chain longer than %d (a loop?)",
+			 QC_MAX_CHAIN);
 		return -ELOOP;
 	}
 	ret = qc_open_child(s, opts, name, fmt, false, &s->backing, sub, sizeof(sub), true);
@@ -122,13 +125,17 @@ int qc_data_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t err
 
 	if (!(s->h.incompat & QC_INCOMPAT_DATA_FILE)) {
 		s->data = s->file;
-		return name ? (snprintf(err, errlen, "qcow2: data-file given but the image has no "
-					"external data file"), -EINVAL) : 0;
+		return name ? (snprintf(err, errlen,
+					"qcow2: data-file given but the image has no "
+					"external data file"),
+			       -EINVAL)
+			    : 0;
 	}
 	if (!name)
 		name = s->data_name;
 	if (!name) {
-		snprintf(err, errlen, "qcow2: the image uses an external data file but names none; "
+		snprintf(err, errlen,
+			 "qcow2: the image uses an external data file but names none; "
 			 "give it with data-file=PATH");
 		return -EINVAL;
 	}

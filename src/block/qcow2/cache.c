@@ -203,7 +203,8 @@ void qc_cache_forget(struct qc_state *s, struct qc_cache *c, uint64_t off, uint6
 	uint64_t k;
 
 	pthread_mutex_lock(&s->lock);
-	for (k = qc_align_down(off, 1ull << c->slice_bits); k < off + len; k += 1ull << c->slice_bits) {
+	for (k = qc_align_down(off, 1ull << c->slice_bits); k < off + len;
+	     k += 1ull << c->slice_bits) {
 		struct qc_slot *sl = qc_cache_find(c, k);
 
 		if (sl)
@@ -297,7 +298,8 @@ int qc_table_write_dirty(struct qc_state *s, const uint64_t *tab, uint64_t n, ui
 	for (i = 0; i < nchunks && ret == 0; i++) {
 		if (!dirty[i])
 			continue;
-		k = n - i * QC_TABLE_CHUNK < QC_TABLE_CHUNK ? n - i * QC_TABLE_CHUNK : QC_TABLE_CHUNK;
+		k = n - i * QC_TABLE_CHUNK < QC_TABLE_CHUNK ? n - i * QC_TABLE_CHUNK
+							    : QC_TABLE_CHUNK;
 		pthread_mutex_lock(&s->lock);
 		for (j = 0; j < k; j++)
 			qc_wr64(buf + j * 8, tab[i * QC_TABLE_CHUNK + j]);

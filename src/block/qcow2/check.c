@@ -30,12 +30,12 @@ struct ck {
 	struct qc_state *s;
 	struct qcow2_check_result *r;
 	uint32_t *refs;
-	uint64_t n;        /* clusters counted */
-	uint8_t *buf;      /* one cluster */
+	uint64_t n;   /* clusters counted */
+	uint8_t *buf; /* one cluster */
 	uint64_t prev_host;
 	int flags;
-	bool fix_copied;   /* repair COPIED flags (decided after the refcounts) */
-	bool rb_bad;       /* a refcount block is referenced more than once */
+	bool fix_copied; /* repair COPIED flags (decided after the refcounts) */
+	bool rb_bad;     /* a refcount block is referenced more than once */
 	/* L2 tables named by the active L1 (act) and by the snapshots' (snap):
 	 * l2 counts the entries naming one, rbf is the first (its L1 index). */
 	struct qc_mset act, snap;
@@ -112,8 +112,7 @@ static bool ck_claimed(const struct ck *k, uint64_t off, uint64_t len)
 }
 
 /* One L2 entry, found through w L1 entries. */
-static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool active,
-			uint64_t w)
+static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool active, uint64_t w)
 {
 	struct qc_state *s = k->s;
 	uint64_t off, len;
@@ -137,8 +136,8 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 	off = e & QC_OFFSET_MASK;
 	/* Offset 0 is a cluster of an external data file when COPIED says so
 	 * (not with the zero flag: QEMU's ZERO_PLAIN). */
-	if (!off && (!s->data_external || !(e & QC_OFLAG_COPIED) ||
-		     (!s->ext_l2 && (e & QC_OFLAG_ZERO))))
+	if (!off &&
+	    (!s->data_external || !(e & QC_OFLAG_COPIED) || (!s->ext_l2 && (e & QC_OFLAG_ZERO))))
 		return;
 	if (!s->data_external)
 		ck_ref_n(k, off, s->cluster_size, w, "data cluster");
@@ -173,8 +172,8 @@ static int ck_l2(struct ck *k, uint64_t l2off, uint64_t l1i, bool active, uint64
 /* The usable L2 tables of an L1 table that w snapshots (or the active image)
  * have, each reference counted, into m: how many entries name each table
  * (saturating) and the first that does. */
-static int ck_l1_collect(struct ck *k, const uint64_t *l1, uint64_t size, bool active,
-			 uint64_t w, struct qc_mset *m)
+static int ck_l1_collect(struct ck *k, const uint64_t *l1, uint64_t size, bool active, uint64_t w,
+			 struct qc_mset *m)
 {
 	struct qc_state *s = k->s;
 	struct qc_mslot *sl;
@@ -237,8 +236,10 @@ static int ck_snapshot_l1(struct ck *k, const struct qc_snapshot *sn, uint64_t w
 
 	ck_ref_n(k, sn->l1_offset, bytes, w, "snapshot L1 table");
 	if (claimed) {
-		ck_error(k, false, "the L1 table of snapshot %.64s at 0x%llx overlaps other "
-			 "metadata", sn->id, (unsigned long long)sn->l1_offset);
+		ck_error(k, false,
+			 "the L1 table of snapshot %.64s at 0x%llx overlaps other "
+			 "metadata",
+			 sn->id, (unsigned long long)sn->l1_offset);
 		return 0;
 	}
 	raw = malloc(bytes + 1);
@@ -591,7 +592,7 @@ struct ck_ctx {
 
 static int ck_pass(struct qc_state *s, int flags, struct qcow2_check_result *r)
 {
-	struct ck k = { .s = s, .r = r, .flags = flags };
+	struct ck k = {.s = s, .r = r, .flags = flags};
 	int ret;
 
 	memset(r, 0, sizeof(*r));
@@ -665,7 +666,7 @@ static int ck_co(void *arg)
 
 int qcow2_check(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r)
 {
-	struct ck_ctx c = { qcow2_is(bs) ? qc_state(bs) : NULL, repair_flags, r };
+	struct ck_ctx c = {qcow2_is(bs) ? qc_state(bs) : NULL, repair_flags, r};
 
 	memset(r, 0, sizeof(*r));
 	if (!c.s)

@@ -257,8 +257,10 @@ static const char *qc_comp_problem(const struct qc_state *s, uint64_t e, uint64_
 	qc_comp_desc(s, e, &off, &clen);
 	/* The last sector may run past the end of the file, not its cluster. */
 	if (off >= s->file->size || off + clen > qc_align_up(s->file->size, s->cluster_size))
-		snprintf(buf, len, "has compressed data at 0x%llx (%llu bytes) past the end of the "
-			 "file (%llu bytes)", (unsigned long long)off, (unsigned long long)clen,
+		snprintf(buf, len,
+			 "has compressed data at 0x%llx (%llu bytes) past the end of the "
+			 "file (%llu bytes)",
+			 (unsigned long long)off, (unsigned long long)clen,
 			 (unsigned long long)s->file->size);
 	else if (qc_meta_overlap(s, which, off, clen, what, sizeof(what)))
 		snprintf(buf, len, "has compressed data at 0x%llx that overlaps the %s",
@@ -292,7 +294,8 @@ const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t e, 
 		return "has allocated subclusters but no data cluster";
 	if (s->data_external)
 		return qc_std_allocated(s, e) && off != (gc << s->cluster_bits)
-			       ? "is not at its guest offset in the external data file" : NULL;
+			       ? "is not at its guest offset in the external data file"
+			       : NULL;
 	if (!off)
 		return NULL;
 	if (off >= qc_align_up(s->file->size, s->cluster_size))

@@ -34,8 +34,8 @@ static int qc_inflate(const void *src, size_t srclen, void *dst, size_t dstlen)
 
 static int qc_zstd_decompress(const void *src, size_t srclen, void *dst, size_t dstlen)
 {
-	ZSTD_inBuffer in = { src, srclen, 0 };
-	ZSTD_outBuffer out = { dst, dstlen, 0 };
+	ZSTD_inBuffer in = {src, srclen, 0};
+	ZSTD_outBuffer out = {dst, dstlen, 0};
 	ZSTD_DCtx *d = ZSTD_createDCtx();
 	size_t r = 1;
 

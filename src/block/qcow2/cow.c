@@ -117,8 +117,10 @@ int qc_cow_open(struct qc_state *s, const char *mode, char *err, size_t errlen)
 	} else if (!strcmp(mode, "buffers")) {
 		s->cow_mode = QC_COW_BUFFERS;
 	} else {
-		snprintf(err, errlen, "qcow2: cow-zeroing must be auto, write-zeroes or buffers, "
-			 "not '%s'", mode);
+		snprintf(err, errlen,
+			 "qcow2: cow-zeroing must be auto, write-zeroes or buffers, "
+			 "not '%s'",
+			 mode);
 		return -EINVAL;
 	}
 	if (s->cow_mode == QC_COW_WRITE_ZEROES && !s->data->has_write_zeroes)
@@ -160,7 +162,7 @@ static bool qc_reads_zero(struct qc_state *s, uint64_t e, uint64_t bm, uint64_t 
 static int qc_cow_read(struct qc_state *s, uint64_t e, uint64_t bm, uint64_t goff, uint64_t len,
 		       uint8_t *buf)
 {
-	struct iovec v = { buf, len };
+	struct iovec v = {buf, len};
 
 	return qc_read_entry(s, goff >> s->cluster_bits, e, bm, qc_coff(s, goff), len, &v, 1, 0);
 }
@@ -198,7 +200,7 @@ static int qc_cow_writev(struct qc_state *s, const struct qc_cow *c, const struc
 			return -ENOMEM;
 	}
 	if (h->len && (zero_parts || !h->zero)) {
-		v[n++] = (struct iovec){ h->zero ? s->zero_buf : h->buf, h->len };
+		v[n++] = (struct iovec){h->zero ? s->zero_buf : h->buf, h->len};
 		total += h->len;
 	} else {
 		off += h->len;
@@ -211,7 +213,7 @@ static int qc_cow_writev(struct qc_state *s, const struct qc_cow *c, const struc
 	n += k;
 	total += len;
 	if (t->len && (zero_parts || !t->zero)) {
-		v[n++] = (struct iovec){ t->zero ? s->zero_buf : t->buf, t->len };
+		v[n++] = (struct iovec){t->zero ? s->zero_buf : t->buf, t->len};
 		total += t->len;
 	}
 	{
@@ -242,14 +244,15 @@ static bool qc_cow_wz(struct qc_state *s, const struct qc_cow *c, const struct q
 
 bool qc_cow_data_only(struct qc_state *s, const struct qc_cow *c, uint64_t off, uint64_t len)
 {
-	return c->fresh && qc_reads_zero(s, c->head_entry, c->head_bitmap, c->gstart, off - c->gstart) &&
+	return c->fresh &&
+	       qc_reads_zero(s, c->head_entry, c->head_bitmap, c->gstart, off - c->gstart) &&
 	       qc_reads_zero(s, c->tail_entry, c->tail_bitmap, off + len, c->gend - off - len);
 }
 
 int qc_cow_write(struct qc_state *s, const struct qc_cow *c, uint64_t off, uint64_t len,
 		 const struct iovec *iov, int iovcnt, size_t iov_off)
 {
-	struct qc_cow_part h = { .len = off - c->gstart }, t = { .len = c->gend - off - len };
+	struct qc_cow_part h = {.len = off - c->gstart}, t = {.len = c->gend - off - len};
 	bool zeroed;
 	int ret;
 

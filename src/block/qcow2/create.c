@@ -27,7 +27,7 @@ struct cr_layout {
 	unsigned cbits, l2_bits, rb_bits;
 	uint64_t l1_size, l1_clusters;
 	uint64_t rct_clusters, nrb;
-	uint64_t nl2, ndata;       /* preallocated L2 tables and data clusters */
+	uint64_t nl2, ndata; /* preallocated L2 tables and data clusters */
 	uint64_t rct_at, rb_at, l1_at, l2_at, data_at, end; /* cluster indexes */
 };
 
@@ -44,15 +44,19 @@ static int cr_check(const struct qcow2_create_opts *o, char *err, size_t n)
 	bool v3 = o->compat != 2;
 
 	if (cs < 512 || cs > (2u << 20) || (cs & (cs - 1)))
-		return cr_err(err, n, -EINVAL, "cluster size must be a power of two, 512 B to 2 MiB",
-			      NULL);
+		return cr_err(err, n, -EINVAL,
+			      "cluster size must be a power of two, 512 B to 2 MiB", NULL);
 	if (rb > 64 || (rb & (rb - 1)) || (!v3 && rb != 16))
-		return cr_err(err, n, -EINVAL, "refcount_bits must be a power of two up to 64 "
-			      "(16 with compat=0.10)", NULL);
+		return cr_err(err, n, -EINVAL,
+			      "refcount_bits must be a power of two up to 64 "
+			      "(16 with compat=0.10)",
+			      NULL);
 	if (!v3 && (o->extended_l2 || o->lazy_refcounts || o->data_file ||
 		    o->compression_type != QCOW2_COMPRESSION_ZLIB))
-		return cr_err(err, n, -EINVAL, "extended_l2, lazy_refcounts, data_file and zstd "
-			      "need compat=1.1", NULL);
+		return cr_err(err, n, -EINVAL,
+			      "extended_l2, lazy_refcounts, data_file and zstd "
+			      "need compat=1.1",
+			      NULL);
 	if (o->extended_l2 && cs < 16384)
 		return cr_err(err, n, -EINVAL, "extended_l2 needs a cluster size of 16 KiB or more",
 			      NULL);
@@ -144,10 +148,18 @@ static size_t cr_ext(uint8_t *p, uint32_t type, const void *data, uint32_t len)
 /* Feature name table: lets other tools name what they do not know. */
 static size_t cr_features(uint8_t *p)
 {
-	static const struct { uint8_t type, bit; const char *name; } f[] = {
-		{ 0, 0, "dirty bit" }, { 0, 1, "corrupt bit" }, { 0, 2, "external data file" },
-		{ 0, 3, "compression type" }, { 0, 4, "extended L2 entries" },
-		{ 1, 0, "lazy refcounts" }, { 2, 0, "bitmaps" }, { 2, 1, "raw external data" },
+	static const struct {
+		uint8_t type, bit;
+		const char *name;
+	} f[] = {
+		{0, 0, "dirty bit"},
+		{0, 1, "corrupt bit"},
+		{0, 2, "external data file"},
+		{0, 3, "compression type"},
+		{0, 4, "extended L2 entries"},
+		{1, 0, "lazy refcounts"},
+		{2, 0, "bitmaps"},
+		{2, 1, "raw external data"},
 	};
 	uint8_t t[8 * 48];
 	size_t i;
@@ -192,9 +204,11 @@ static int cr_header(const struct qcow2_create_opts *o, const struct cr_layout *
 		h[104] = (uint8_t)o->compression_type;
 	}
 	if (o->backing_fmt && o->backing_file)
-		pos += cr_ext(h + pos, QC_EXT_BACKING_FMT, o->backing_fmt, (uint32_t)strlen(o->backing_fmt));
+		pos += cr_ext(h + pos, QC_EXT_BACKING_FMT, o->backing_fmt,
+			      (uint32_t)strlen(o->backing_fmt));
 	if (o->data_file)
-		pos += cr_ext(h + pos, QC_EXT_DATA_FILE, o->data_file, (uint32_t)strlen(o->data_file));
+		pos += cr_ext(h + pos, QC_EXT_DATA_FILE, o->data_file,
+			      (uint32_t)strlen(o->data_file));
 	if (v3)
 		pos += cr_features(h + pos);
 	pos += 8; /* end of extensions */
@@ -227,7 +241,8 @@ static int cr_tables(int fd, const struct qcow2_create_opts *o, const struct cr_
 		     uint8_t *c)
 {
 	uint64_t i, j, per_rb = 1ull << l->rb_bits, ents = 1ull << l->l2_bits, gc;
-	struct qc_state rs = { .rc_order = (unsigned)__builtin_ctz(o->refcount_bits ? o->refcount_bits : 16) };
+	struct qc_state rs = {
+		.rc_order = (unsigned)__builtin_ctz(o->refcount_bits ? o->refcount_bits : 16)};
 	int ret = 0;
 
 	for (i = 0; i < l->rct_clusters && !ret; i++) {
@@ -245,7 +260,8 @@ static int cr_tables(int fd, const struct qcow2_create_opts *o, const struct cr_
 	for (i = 0; i < l->l1_clusters && !ret; i++) {
 		memset(c, 0, l->cs);
 		for (j = 0; l->nl2 && j < l->cs / 8 && i * (l->cs / 8) + j < l->l1_size; j++)
-			qc_wr64(c + j * 8, ((l->l2_at + i * (l->cs / 8) + j) << l->cbits) | QC_OFLAG_COPIED);
+			qc_wr64(c + j * 8,
+				((l->l2_at + i * (l->cs / 8) + j) << l->cbits) | QC_OFLAG_COPIED);
 		ret = cr_pwrite(fd, c, l->cs, (l->l1_at + i) << l->cbits);
 	}
 	for (i = 0; i < l->nl2 && !ret; i++) {
@@ -290,7 +306,8 @@ static int cr_data_file(const char *image, const struct qcow2_create_opts *o, ch
 {
 	/* Like QEMU, a relative data file name is taken as it is (relative to
 	 * the working directory), unlike a backing file name. */
-	enum qcow2_prealloc p = o->prealloc == QCOW2_PREALLOC_OFF ? QCOW2_PREALLOC_METADATA : o->prealloc;
+	enum qcow2_prealloc p =
+		o->prealloc == QCOW2_PREALLOC_OFF ? QCOW2_PREALLOC_METADATA : o->prealloc;
 	char sub[384];
 	int fd, ret;
 
@@ -318,7 +335,8 @@ static int cr_write(int fd, const struct qcow2_create_opts *o, const struct cr_l
 	if (!ret)
 		ret = cr_tables(fd, o, l, c);
 	if (!ret && l->ndata)
-		ret = cr_prealloc_data(fd, o->prealloc, l->data_at << l->cbits, l->ndata << l->cbits);
+		ret = cr_prealloc_data(fd, o->prealloc, l->data_at << l->cbits,
+				       l->ndata << l->cbits);
 	if (!ret && fsync(fd) != 0)
 		ret = -errno;
 	return ret ? cr_err(err, n, ret, "cannot write the image", strerror(-ret)) : 0;
@@ -327,7 +345,7 @@ static int cr_write(int fd, const struct qcow2_create_opts *o, const struct cr_l
 int qcow2_create(const char *path, const struct qcow2_create_opts *o, char *err, size_t errlen)
 {
 	struct qcow2_create_opts oo = *o;
-	struct cr_layout l = { 0 };
+	struct cr_layout l = {0};
 	uint8_t *c = NULL;
 	char sub[384];
 	int fd, ret;
@@ -340,7 +358,8 @@ int qcow2_create(const char *path, const struct qcow2_create_opts *o, char *err,
 	o = &oo;
 	ret = cr_plan(o, o->size, &l);
 	if (ret)
-		return cr_err(err, errlen, ret, "virtual size too large for this cluster size", NULL);
+		return cr_err(err, errlen, ret, "virtual size too large for this cluster size",
+			      NULL);
 	/* The image first: if it is in use, nothing is touched. Locked as QEMU
 	 * creates it and then opens it to write the qcow2 structures. */
 	fd = blk_file_create(path, BLK_CREATE_PERM | BLK_PERM_CONSISTENT_READ,
@@ -374,7 +393,7 @@ static int cr_bool(const char *v, bool *out, const char *key, char *err, size_t 
  * and compat=. 0 or -EINVAL with a message. */
 static int cr_opt_prealloc(struct qcow2_create_opts *o, const char *val, char *err, size_t n)
 {
-	static const char *const pre[] = { "off", "metadata", "falloc", "full" };
+	static const char *const pre[] = {"off", "metadata", "falloc", "full"};
 	unsigned i;
 
 	for (i = 0; i < ARRAY_SIZE(pre); i++) {
@@ -390,7 +409,8 @@ static int cr_opt_compression(struct qcow2_create_opts *o, const char *val, char
 {
 	if (strcmp(val, "zlib") && strcmp(val, "zstd"))
 		return cr_err(err, n, -EINVAL, "compression_type must be zlib or zstd", NULL);
-	o->compression_type = !strcmp(val, "zstd") ? QCOW2_COMPRESSION_ZSTD : QCOW2_COMPRESSION_ZLIB;
+	o->compression_type =
+		!strcmp(val, "zstd") ? QCOW2_COMPRESSION_ZSTD : QCOW2_COMPRESSION_ZLIB;
 	return 0;
 }
 

@@ -61,8 +61,8 @@ static void hdr_decode(struct qc_header *h, const uint8_t *p)
 }
 
 /* Name of a feature bit from the image's feature name table, if any. */
-static void hdr_feature_name(const uint8_t *tab, size_t len, unsigned type, unsigned bit,
-			     char *out, size_t outlen)
+static void hdr_feature_name(const uint8_t *tab, size_t len, unsigned type, unsigned bit, char *out,
+			     size_t outlen)
 {
 	size_t i;
 
@@ -196,8 +196,10 @@ static int hdr_exts_parse(struct qc_state *s, const uint8_t *buf, struct hdr_ext
 		if (type == QC_EXT_END)
 			return 0;
 		if (len > end - pos - 8)
-			return hdr_err(err, errlen, "header extension 0x%08x (length %u) "
-				       "runs past the header area", type, len);
+			return hdr_err(err, errlen,
+				       "header extension 0x%08x (length %u) "
+				       "runs past the header area",
+				       type, len);
 		ret = hdr_ext_one(s, x, type, buf + pos + 8, len, err, errlen);
 		if (ret)
 			return ret;
@@ -213,9 +215,9 @@ static int hdr_check_basic(const struct qc_header *h, size_t buflen, char *err, 
 	if (h->cluster_bits < QC_MIN_CLUSTER_BITS || h->cluster_bits > QC_MAX_CLUSTER_BITS)
 		return hdr_err(err, errlen, "unsupported cluster size 2^%u (512 B to 2 MiB)",
 			       h->cluster_bits);
-	if (h->version == 3 && (h->header_length < HDR_V3_LEN || h->header_length % 8 ||
-				h->header_length > (1u << h->cluster_bits) ||
-				h->header_length > buflen))
+	if (h->version == 3 &&
+	    (h->header_length < HDR_V3_LEN || h->header_length % 8 ||
+	     h->header_length > (1u << h->cluster_bits) || h->header_length > buflen))
 		return hdr_err(err, errlen, "invalid header length %u", h->header_length);
 	if (h->crypt_method)
 		return hdr_err(err, errlen, "encrypted images are not supported (crypt_method %u)",
@@ -241,11 +243,14 @@ static int hdr_check_features(struct qc_state *s, const uint8_t *buf, const stru
 		h->compression_type = buf[HDR_V3_LEN];
 	if (h->incompat & QC_INCOMPAT_COMPRESSION) {
 		if (h->compression_type == 0)
-			return hdr_err(err, errlen, "compression type bit set but the "
+			return hdr_err(err, errlen,
+				       "compression type bit set but the "
 				       "compression_type field is zlib or absent");
 	} else if (h->compression_type != 0) {
-		return hdr_err(err, errlen, "compression_type %u without the compression type "
-			       "bit", h->compression_type);
+		return hdr_err(err, errlen,
+			       "compression_type %u without the compression type "
+			       "bit",
+			       h->compression_type);
 	}
 	if (h->compression_type > QCOW2_COMPRESSION_ZSTD)
 		return hdr_err(err, errlen, "unknown compression type %u", h->compression_type);
@@ -273,9 +278,11 @@ static int hdr_check_table(uint64_t off, uint64_t bytes, uint64_t max, uint64_t 
 		return hdr_err(err, errlen, "%s offset 0x%llx is not cluster aligned", what,
 			       (unsigned long long)off);
 	if (off == 0 || off > (1ull << 56) || off + bytes > qc_align_up(file_size, csize))
-		return hdr_err(err, errlen, "%s at 0x%llx (%llu bytes) is outside the file "
-			       "(%llu bytes)", what, (unsigned long long)off,
-			       (unsigned long long)bytes, (unsigned long long)file_size);
+		return hdr_err(err, errlen,
+			       "%s at 0x%llx (%llu bytes) is outside the file "
+			       "(%llu bytes)",
+			       what, (unsigned long long)off, (unsigned long long)bytes,
+			       (unsigned long long)file_size);
 	return 0;
 }
 
@@ -288,10 +295,12 @@ static int hdr_check_tables(struct qc_state *s, uint64_t file_size, char *err, s
 
 	need = h->size / per_l1 + (h->size % per_l1 != 0);
 	if (h->l1_size < need)
-		return hdr_err(err, errlen, "L1 table too small (%u entries) for a virtual size of "
-			       "%llu bytes", h->l1_size, (unsigned long long)h->size);
-	ret = hdr_check_table(h->l1_table_offset, l1b, QC_MAX_L1_BYTES, cs, file_size,
-			      "L1 table", err, errlen);
+		return hdr_err(err, errlen,
+			       "L1 table too small (%u entries) for a virtual size of "
+			       "%llu bytes",
+			       h->l1_size, (unsigned long long)h->size);
+	ret = hdr_check_table(h->l1_table_offset, l1b, QC_MAX_L1_BYTES, cs, file_size, "L1 table",
+			      err, errlen);
 	if (!ret && rcb == 0)
 		ret = hdr_err(err, errlen, "refcount table is empty");
 	if (!ret)
@@ -300,8 +309,8 @@ static int hdr_check_tables(struct qc_state *s, uint64_t file_size, char *err, s
 	if (!ret && h->nb_snapshots > QC_MAX_SNAPSHOTS)
 		ret = hdr_err(err, errlen, "too many snapshots (%u)", h->nb_snapshots);
 	if (!ret && h->nb_snapshots)
-		ret = hdr_check_table(h->snapshots_offset, 40, 40, cs, file_size,
-				      "snapshot table", err, errlen);
+		ret = hdr_check_table(h->snapshots_offset, 40, 40, cs, file_size, "snapshot table",
+				      err, errlen);
 	if (!ret && s->bmdir_bytes)
 		ret = hdr_check_table(s->bmdir_offset, s->bmdir_bytes, QC_MAX_BITMAP_DIR_BYTES, cs,
 				      file_size, "bitmap directory", err, errlen);
@@ -326,8 +335,10 @@ static int hdr_check_backing(struct qc_state *s, const uint8_t *buf, char *err, 
 	/* Compared without adding: the offset is any 64-bit value. */
 	if (h->backing_file_offset < h->header_length || h->backing_file_offset > s->cluster_size ||
 	    h->backing_file_size > s->cluster_size - h->backing_file_offset)
-		return hdr_err(err, errlen, "backing file name at 0x%llx is outside the header "
-			       "cluster", (unsigned long long)h->backing_file_offset);
+		return hdr_err(err, errlen,
+			       "backing file name at 0x%llx is outside the header "
+			       "cluster",
+			       (unsigned long long)h->backing_file_offset);
 	s->backing_name = hdr_string(buf + h->backing_file_offset, h->backing_file_size);
 	if (!s->backing_name)
 		return hdr_err(err, errlen, "backing file name contains a NUL byte");
@@ -361,7 +372,7 @@ static void hdr_geometry(struct qc_state *s)
 int qc_header_parse(struct qc_state *s, const uint8_t *buf, size_t len, uint64_t file_size,
 		    char *err, size_t errlen)
 {
-	struct hdr_exts x = { 0 };
+	struct hdr_exts x = {0};
 	int ret;
 
 	if (len < HDR_V2_LEN || qc_rd32(buf) != QC_MAGIC)
@@ -408,7 +419,8 @@ int qc_header_read(struct qc_state *s, char *err, size_t errlen)
 		return hdr_err(err, errlen, "not a qcow2 image (bad magic)");
 	}
 	cs = qc_rd32(buf + 20) <= QC_MAX_CLUSTER_BITS && qc_rd32(buf + 20) >= QC_MIN_CLUSTER_BITS
-		     ? 1ull << qc_rd32(buf + 20) : 4096;
+		     ? 1ull << qc_rd32(buf + 20)
+		     : 4096;
 	if (cs > 4096) {
 		free(buf);
 		buf = qc_alloc_buf(cs);

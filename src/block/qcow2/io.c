@@ -23,7 +23,7 @@ static void qc_waiter_msg(struct loop_msg *m)
 
 void qc_wait(struct qc_state *s, struct qc_waitq *q)
 {
-	struct qc_waiter w = { .co = coroutine_self(), .loop = loop_current() };
+	struct qc_waiter w = {.co = coroutine_self(), .loop = loop_current()};
 
 	w.msg.cb = qc_waiter_msg;
 	if (q->tail)
@@ -233,7 +233,7 @@ static void qc_blocking_done(struct tp_work *w, int ret)
 
 int qc_co_blocking(int (*fn)(void *arg), void *arg)
 {
-	struct qc_blocking b = { .fn = fn, .arg = arg, .co = coroutine_self() };
+	struct qc_blocking b = {.fn = fn, .arg = arg, .co = coroutine_self()};
 
 	b.w.fn = qc_blocking_run;
 	b.w.done = qc_blocking_done;
@@ -261,7 +261,7 @@ static void qc_sync_co(void *opaque)
 
 int qc_run_sync(int (*fn)(void *arg), void *arg)
 {
-	struct qc_sync y = { .fn = fn, .arg = arg };
+	struct qc_sync y = {.fn = fn, .arg = arg};
 	struct loop *loop = loop_current();
 	struct coroutine *co;
 

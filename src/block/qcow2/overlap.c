@@ -36,7 +36,7 @@ static struct qc_mslot *qc_mset_slot(struct qc_mset *m, uint64_t c)
 
 static int qc_mset_grow(struct qc_mset *m)
 {
-	struct qc_mset n = { .mask = m->mask ? 2 * m->mask + 1 : 63 };
+	struct qc_mset n = {.mask = m->mask ? 2 * m->mask + 1 : 63};
 	uint64_t i;
 
 	n.shift = (unsigned)__builtin_clzll(n.mask + 1) + 1;
@@ -71,7 +71,7 @@ struct qc_mslot *qc_mset_get(struct qc_mset *m, uint64_t c)
 		return NULL;
 	sl = qc_mset_slot(m, c);
 	if (!sl->key) {
-		*sl = (struct qc_mslot){ .key = c + 1 };
+		*sl = (struct qc_mslot){.key = c + 1};
 		m->n++;
 	}
 	return sl;
@@ -98,7 +98,7 @@ static void qc_mset_remove(struct qc_mset *m, struct qc_mslot *gap)
 {
 	uint64_t i = (uint64_t)(gap - m->v), j = i, h;
 
-	*gap = (struct qc_mslot){ 0 };
+	*gap = (struct qc_mslot){0};
 	m->n--;
 	for (;;) {
 		j = (j + 1) & m->mask;
@@ -108,7 +108,7 @@ static void qc_mset_remove(struct qc_mset *m, struct qc_mslot *gap)
 		/* Does slot i lie cyclically in [h, j)? Then the entry may move. */
 		if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
 			m->v[i] = m->v[j];
-			m->v[j] = (struct qc_mslot){ 0 };
+			m->v[j] = (struct qc_mslot){0};
 			i = j;
 		}
 	}
@@ -136,7 +136,8 @@ int qc_mset_add(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind)
 	uint64_t c;
 	int ret = 0;
 
-	for (c = off >> s->cluster_bits; !ret && len && c <= (off + len - 1) >> s->cluster_bits; c++)
+	for (c = off >> s->cluster_bits; !ret && len && c <= (off + len - 1) >> s->cluster_bits;
+	     c++)
 		ret = qc_mset_add1(&s->mset, c, kind);
 	return ret;
 }
@@ -202,7 +203,8 @@ static int qc_rb_aliased(struct qc_state *s, uint64_t i, char *err, size_t errle
 		return 0;
 	for (j = 0; j < i && s->rct[j] != s->rct[i];)
 		j++;
-	snprintf(err, errlen, "qcow2: refcount table entries %llu and %llu both name the refcount "
+	snprintf(err, errlen,
+		 "qcow2: refcount table entries %llu and %llu both name the refcount "
 		 "block at 0x%llx: the image is corrupt and can only be opened read-only (a "
 		 "rebuild of the refcount structures, qemu-img check -r all, repairs it)",
 		 (unsigned long long)j, (unsigned long long)i, (unsigned long long)s->rct[i]);
@@ -239,8 +241,8 @@ int qc_meta_build(struct qc_state *s, char *err, size_t errlen)
 		if (!s->rct[i])
 			continue;
 		ret = qc_mset_add(s, s->rct[i], cs, QC_OL_RB);
-		if (!ret && (qc_mset_lookup(&s->mset, s->rct[i] >> s->cluster_bits)->rbf &
-			     QC_MSLOT_RB) > 1)
+		if (!ret &&
+		    (qc_mset_lookup(&s->mset, s->rct[i] >> s->cluster_bits)->rbf & QC_MSLOT_RB) > 1)
 			ret = qc_rb_aliased(s, i, err, errlen);
 	}
 	return ret;
@@ -318,17 +320,18 @@ static bool hdr_ol_tables(const struct qc_state *s, unsigned which, uint64_t off
 		const char *what;
 		uint64_t at, len;
 	} t[] = {
-		{ QC_OL_HEADER, "header", 0, s->cluster_size },
-		{ QC_OL_L1, "L1 table", s->l1_offset, (uint64_t)s->l1_size * 8 },
-		{ QC_OL_RCT, "refcount table", s->rct_offset, s->rct_size * 8 },
-		{ QC_OL_SNAPT, "snapshot table", s->snap_offset, s->snap_bytes },
-		{ QC_OL_BMDIR, "bitmap directory", s->bmdir_offset, s->bmdir_bytes },
+		{QC_OL_HEADER, "header", 0, s->cluster_size},
+		{QC_OL_L1, "L1 table", s->l1_offset, (uint64_t)s->l1_size * 8},
+		{QC_OL_RCT, "refcount table", s->rct_offset, s->rct_size * 8},
+		{QC_OL_SNAPT, "snapshot table", s->snap_offset, s->snap_bytes},
+		{QC_OL_BMDIR, "bitmap directory", s->bmdir_offset, s->bmdir_bytes},
 	};
 	unsigned i;
 
 	for (i = 0; i < ARRAY_SIZE(t); i++) {
 		if ((which & t[i].kind) && qc_ranges_overlap(off, len, t[i].at, t[i].len)) {
-			snprintf(buf, buflen, "%s at 0x%llx", t[i].what, (unsigned long long)t[i].at);
+			snprintf(buf, buflen, "%s at 0x%llx", t[i].what,
+				 (unsigned long long)t[i].at);
 			return true;
 		}
 	}

@@ -166,10 +166,10 @@ struct qc_child {
 /* ---- metadata cache (cache.c) ---- */
 
 struct qc_slot {
-	uint64_t key;      /* host offset of the slice; 0: unused */
-	uint8_t *data;     /* slice bytes as on disk (big endian) */
+	uint64_t key;  /* host offset of the slice; 0: unused */
+	uint8_t *data; /* slice bytes as on disk (big endian) */
 	struct qc_slot *hnext;
-	bool ref;          /* CLOCK reference bit */
+	bool ref; /* CLOCK reference bit */
 	bool dirty;
 };
 
@@ -196,11 +196,11 @@ struct qc_alloc {
 	 * writes nothing but its data, other writes into them "join": they
 	 * write their data to `host` at once and complete once the L2 entries
 	 * are linked, instead of waiting and allocating again. */
-	uint64_t host;       /* host offset of cluster gc (set before register) */
-	bool joinable;       /* set before register */
-	bool linked;         /* lock: the allocation is finished (link_ret) */
+	uint64_t host; /* host offset of cluster gc (set before register) */
+	bool joinable; /* set before register */
+	bool linked;   /* lock: the allocation is finished (link_ret) */
 	int link_ret;
-	unsigned joiners;    /* lock */
+	unsigned joiners;      /* lock */
 	struct qc_waitq drain; /* the allocator waiting for joiners */
 };
 
@@ -208,9 +208,9 @@ struct qc_alloc {
  * is on disk (and, for freed clusters, until writes that might still target
  * them are done). */
 struct qc_decref {
-	uint64_t off;     /* host offset (cluster aligned) */
-	uint64_t n;       /* clusters */
-	bool discard;     /* punch the range if the cluster becomes free */
+	uint64_t off; /* host offset (cluster aligned) */
+	uint64_t n;   /* clusters */
+	bool discard; /* punch the range if the cluster becomes free */
 };
 
 struct qc_decref_list {
@@ -230,25 +230,25 @@ struct qc_state {
 	struct blk_node *data;    /* where guest data lives: file or external data file */
 	struct blk_node *backing; /* NULL: none */
 	uint64_t backing_size;
-	char *image_path;         /* filename option of the protocol node (may be NULL) */
+	char *image_path; /* filename option of the protocol node (may be NULL) */
 	char *backing_name, *backing_fmt, *data_name;
 	bool data_external, data_raw;
 
 	struct qc_header h;
-	uint8_t *hdr_cluster;     /* the first cluster as read (for info/extensions) */
+	uint8_t *hdr_cluster; /* the first cluster as read (for info/extensions) */
 	unsigned nb_bitmaps;
 	uint64_t bmdir_offset, bmdir_bytes; /* bitmap directory (0: none or ignored) */
-	uint64_t open_incompat;   /* incompatible features as found at open */
+	uint64_t open_incompat;             /* incompatible features as found at open */
 
 	/* Geometry (read-only after open). */
 	unsigned cluster_bits;
 	uint64_t cluster_size;
 	bool ext_l2;
-	unsigned l2_entry_bytes;  /* 8 or 16 */
-	unsigned l2_bits;         /* log2 entries per L2 table */
-	unsigned sc_bits;         /* log2 subcluster size (== cluster_bits without ext_l2) */
-	unsigned rc_order;        /* refcount_bits = 1 << rc_order */
-	unsigned rb_bits;         /* log2 refcount entries per block */
+	unsigned l2_entry_bytes; /* 8 or 16 */
+	unsigned l2_bits;        /* log2 entries per L2 table */
+	unsigned sc_bits;        /* log2 subcluster size (== cluster_bits without ext_l2) */
+	unsigned rc_order;       /* refcount_bits = 1 << rc_order */
+	unsigned rb_bits;        /* log2 refcount entries per block */
 	uint64_t rc_max;
 	int comp_type;
 
@@ -257,12 +257,12 @@ struct qc_state {
 	uint64_t *l1;
 	uint32_t l1_size;
 	uint64_t l1_offset;
-	uint8_t *l1_dirty;        /* one flag per QC_TABLE_CHUNK entries */
+	uint8_t *l1_dirty; /* one flag per QC_TABLE_CHUNK entries */
 	uint64_t *rct;
-	uint64_t rct_size;        /* entries */
-	uint64_t rct_used;        /* entries from here on are zero */
+	uint64_t rct_size; /* entries */
+	uint64_t rct_used; /* entries from here on are zero */
 	uint64_t rct_offset;
-	uint8_t *rct_dirty;       /* one flag per QC_TABLE_CHUNK entries */
+	uint8_t *rct_dirty; /* one flag per QC_TABLE_CHUNK entries */
 
 	struct qc_cache l2c, rbc;
 
@@ -279,20 +279,20 @@ struct qc_state {
 
 	pthread_mutex_t lock;
 	struct qc_comutex meta;
-	struct qc_alloc *allocs;  /* lock */
+	struct qc_alloc *allocs; /* lock */
 
 	/* meta */
-	uint64_t free_index;      /* first cluster that may be free */
-	uint64_t run_hint;        /* where the next multi-cluster search starts */
-	uint64_t file_size;       /* size of s->file as we made it */
-	uint64_t data_size;       /* same for an external data file */
-	uint64_t open_file_size;  /* at open: the file is not shrunk below it */
-	uint64_t fresh_from;      /* host bytes at/after this read as zero and are unused */
-	uint64_t alloc_end;       /* end of the highest cluster with a refcount */
-	uint64_t comp_next;       /* next byte for compressed data (0: none) */
-	bool rc_garbage_seen;     /* a refcount past alloc_end was found (logged once) */
-	bool hdr_dirty_set;       /* dirty bit written to disk */
-	bool metadata_changed;    /* something to flush */
+	uint64_t free_index;            /* first cluster that may be free */
+	uint64_t run_hint;              /* where the next multi-cluster search starts */
+	uint64_t file_size;             /* size of s->file as we made it */
+	uint64_t data_size;             /* same for an external data file */
+	uint64_t open_file_size;        /* at open: the file is not shrunk below it */
+	uint64_t fresh_from;            /* host bytes at/after this read as zero and are unused */
+	uint64_t alloc_end;             /* end of the highest cluster with a refcount */
+	uint64_t comp_next;             /* next byte for compressed data (0: none) */
+	bool rc_garbage_seen;           /* a refcount past alloc_end was found (logged once) */
+	bool hdr_dirty_set;             /* dirty bit written to disk */
+	bool metadata_changed;          /* something to flush */
 	struct qc_decref_list dec_new;  /* references dropped in memory, not yet on disk */
 	struct qc_decref_list dec_wait; /* on disk; waiting for writes of epoch dec_epoch */
 	unsigned dec_epoch;
@@ -301,16 +301,16 @@ struct qc_state {
 	unsigned wr_epoch;
 	int64_t wr_count[2];
 
-	uint64_t fwd_limit;       /* lock: the fast paths stay below this byte of s->data */
-	bool fast_fwd;            /* reads may be forwarded to s->file as they are */
-	bool fast_write;          /* writes may skip the coroutine */
+	uint64_t fwd_limit;        /* lock: the fast paths stay below this byte of s->data */
+	bool fast_fwd;             /* reads may be forwarded to s->file as they are */
+	bool fast_write;           /* writes may skip the coroutine */
 	enum qc_cow_mode cow_mode; /* resolved: WRITE_ZEROES or BUFFERS */
-	bool grow_alloc;          /* allocate (unwritten) when growing the file */
-	uint8_t *zero_buf;        /* cluster_size bytes of zeroes (never written) */
-	uint64_t data_fresh_from; /* external data file: bytes past this read as zero */
+	bool grow_alloc;           /* allocate (unwritten) when growing the file */
+	uint8_t *zero_buf;         /* cluster_size bytes of zeroes (never written) */
+	uint64_t data_fresh_from;  /* external data file: bytes past this read as zero */
 	bool lazy;
-	bool corrupt;             /* set atomically (qc_corrupt); read by qc_submit */
-	bool repair;              /* opened with repair=on (for qcow2_check); set at open */
+	bool corrupt; /* set atomically (qc_corrupt); read by qc_submit */
+	bool repair;  /* opened with repair=on (for qcow2_check); set at open */
 	bool read_only;
 	uint64_t cache_l2_bytes;
 	char fs_name[16];
@@ -323,7 +323,10 @@ static inline struct qc_state *qc_state(struct blk_node *bs)
 
 /* ---- geometry helpers ---- */
 
-static inline uint64_t qc_l2_entries(const struct qc_state *s) { return 1ull << s->l2_bits; }
+static inline uint64_t qc_l2_entries(const struct qc_state *s)
+{
+	return 1ull << s->l2_bits;
+}
 static inline uint64_t qc_gcluster(const struct qc_state *s, uint64_t off)
 {
 	return off >> s->cluster_bits;
@@ -332,14 +335,47 @@ static inline uint64_t qc_coff(const struct qc_state *s, uint64_t off)
 {
 	return off & (s->cluster_size - 1);
 }
-static inline uint64_t qc_align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
-static inline uint64_t qc_align_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }
-static inline uint32_t qc_rd32(const uint8_t *p) { uint32_t v; __builtin_memcpy(&v, p, 4); return be32toh(v); }
-static inline uint64_t qc_rd64(const uint8_t *p) { uint64_t v; __builtin_memcpy(&v, p, 8); return be64toh(v); }
-static inline uint16_t qc_rd16(const uint8_t *p) { uint16_t v; __builtin_memcpy(&v, p, 2); return be16toh(v); }
-static inline void qc_wr32(uint8_t *p, uint32_t v) { v = htobe32(v); __builtin_memcpy(p, &v, 4); }
-static inline void qc_wr64(uint8_t *p, uint64_t v) { v = htobe64(v); __builtin_memcpy(p, &v, 8); }
-static inline void qc_wr16(uint8_t *p, uint16_t v) { v = htobe16(v); __builtin_memcpy(p, &v, 2); }
+static inline uint64_t qc_align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) & ~(a - 1);
+}
+static inline uint64_t qc_align_down(uint64_t x, uint64_t a)
+{
+	return x & ~(a - 1);
+}
+static inline uint32_t qc_rd32(const uint8_t *p)
+{
+	uint32_t v;
+	__builtin_memcpy(&v, p, 4);
+	return be32toh(v);
+}
+static inline uint64_t qc_rd64(const uint8_t *p)
+{
+	uint64_t v;
+	__builtin_memcpy(&v, p, 8);
+	return be64toh(v);
+}
+static inline uint16_t qc_rd16(const uint8_t *p)
+{
+	uint16_t v;
+	__builtin_memcpy(&v, p, 2);
+	return be16toh(v);
+}
+static inline void qc_wr32(uint8_t *p, uint32_t v)
+{
+	v = htobe32(v);
+	__builtin_memcpy(p, &v, 4);
+}
+static inline void qc_wr64(uint8_t *p, uint64_t v)
+{
+	v = htobe64(v);
+	__builtin_memcpy(p, &v, 8);
+}
+static inline void qc_wr16(uint8_t *p, uint16_t v)
+{
+	v = htobe16(v);
+	__builtin_memcpy(p, &v, 2);
+}
 
 /* Compressed descriptor: host offset and byte length (to the end of the last
  * sector). */
@@ -536,8 +572,8 @@ bool qc_l2_peek(struct qc_state *s, uint64_t gc, uint64_t *entry, uint64_t *bitm
 /* Why an entry / an L1 entry cannot be used (NULL: it can); buf may hold
  * the answer. which: the metadata kinds (QC_OL_*) the data or the L2 table
  * must not overlap. */
-const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t entry,
-			     uint64_t bitmap, unsigned which, char *buf, size_t len);
+const char *qc_entry_problem(const struct qc_state *s, uint64_t gc, uint64_t entry, uint64_t bitmap,
+			     unsigned which, char *buf, size_t len);
 const char *qc_l1e_problem(const struct qc_state *s, uint64_t l1e, unsigned which, char *buf,
 			   size_t len);
 /* Same, as a corruption (qc_corrupt) when it cannot: 0 or -EIO. */
@@ -595,8 +631,8 @@ int qc_snapshots_read(struct qc_state *s, char *err, size_t errlen);
 void qc_snapshots_free(struct qc_state *s);
 
 /* ---- rw.c: request paths ---- */
-int qc_read_entry(struct qc_state *s, uint64_t gc, uint64_t entry, uint64_t bitmap,
-		  uint64_t coff, uint64_t len, const struct iovec *iov, int iovcnt, size_t iov_off);
+int qc_read_entry(struct qc_state *s, uint64_t gc, uint64_t entry, uint64_t bitmap, uint64_t coff,
+		  uint64_t len, const struct iovec *iov, int iovcnt, size_t iov_off);
 int qc_co_readv(struct qc_state *s, uint64_t off, uint64_t len, const struct iovec *iov,
 		int iovcnt);
 int qc_co_writev(struct qc_state *s, uint64_t off, uint64_t len, const struct iovec *iov,

@@ -143,8 +143,8 @@ static bool qc_fast_data(const struct qc_state *s, uint64_t e, uint64_t bm, uint
 /* Entries the slow path would refuse (qc_entry_check) are left to it. */
 static bool qc_fast_sane(const struct qc_state *s, uint64_t gc, uint64_t e, uint64_t bm)
 {
-	if ((e & QC_L2E_RESERVED) || (s->ext_l2 && ((e & QC_OFLAG_ZERO) ||
-						    (bm & (bm >> 32) & 0xffffffffu))))
+	if ((e & QC_L2E_RESERVED) ||
+	    (s->ext_l2 && ((e & QC_OFLAG_ZERO) || (bm & (bm >> 32) & 0xffffffffu))))
 		return false;
 	return !s->data_external || (e & QC_OFFSET_MASK) == gc << s->cluster_bits;
 }
@@ -177,8 +177,7 @@ static bool qc_fast_map(struct qc_state *s, uint64_t off, uint64_t len, bool wri
 	*host = base + coff;
 	n = (last - gc + 1) << s->cluster_bits;
 	if ((base & (s->cluster_size - 1)) || *host + len > s->fwd_limit || *host + len < *host ||
-	    (!s->data_external &&
-	     qc_meta_on(s, base, n, write ? QC_OL_ALL : QC_OL_FIXED)))
+	    (!s->data_external && qc_meta_on(s, base, n, write ? QC_OL_ALL : QC_OL_FIXED)))
 		return false;
 	while (++gc <= last) {
 		uint64_t e2, bm2;
@@ -458,9 +457,10 @@ static int qc_open_dirty(struct qc_state *s, char *err, size_t errlen)
 	if (!ret && (r.corruptions || r.check_errors || (s->h.incompat & QC_INCOMPAT_DIRTY)))
 		ret = -EIO;
 	if (ret)
-		snprintf(err, errlen, "qcow2: repairing the dirty image failed (%s); use "
-			 "read-only=on or check -r all", r.first_error[0] ? r.first_error :
-			 strerror(-ret));
+		snprintf(err, errlen,
+			 "qcow2: repairing the dirty image failed (%s); use "
+			 "read-only=on or check -r all",
+			 r.first_error[0] ? r.first_error : strerror(-ret));
 	return ret;
 }
 
@@ -480,7 +480,8 @@ static int qc_open_rw_checks(struct qc_state *s, char *err, size_t errlen)
 	/* Opened for repair, writes stay refused (s->corrupt) until
 	 * qcow2_check leaves the image consistent. */
 	if (s->corrupt && !s->repair) {
-		snprintf(err, errlen, "qcow2: image is marked corrupt; it can only be opened "
+		snprintf(err, errlen,
+			 "qcow2: image is marked corrupt; it can only be opened "
 			 "read-only (repair it with 'ioplane img check -r all')");
 		return -EROFS;
 	}
@@ -516,8 +517,8 @@ static void qc_open_geometry(struct blk_node *bs, struct qc_state *s)
 {
 	bs->size = s->h.size;
 	bs->align = s->file->align > s->data->align ? s->file->align : s->data->align;
-	bs->mem_align = s->file->mem_align > s->data->mem_align ? s->file->mem_align
-								 : s->data->mem_align;
+	bs->mem_align =
+		s->file->mem_align > s->data->mem_align ? s->file->mem_align : s->data->mem_align;
 	s->file_size = s->open_file_size = s->file->size;
 	s->fwd_limit = s->data->size;
 	s->fresh_from = s->alloc_end = qc_align_up(s->file->size, s->cluster_size);
@@ -529,7 +530,7 @@ static void qc_open_geometry(struct blk_node *bs, struct qc_state *s)
 static int qcow2_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
 {
 	struct qc_state *s = calloc(1, sizeof(*s));
-	struct qc_open_ctx o = { s, err, errlen };
+	struct qc_open_ctx o = {s, err, errlen};
 	const char *cow = kv_get(opts, "cow-zeroing");
 	int ret;
 
@@ -662,7 +663,7 @@ static int qc_truncate_co(void *arg)
 static int qcow2_truncate(struct blk_node *bs, uint64_t size)
 {
 	struct qc_state *s = bs->opaque;
-	struct qc_trunc_ctx t = { s, size };
+	struct qc_trunc_ctx t = {s, size};
 	int ret;
 
 	if (size == s->h.size)
@@ -761,7 +762,7 @@ static int qc_comp_co(void *arg)
 
 int qcow2_pwrite_compressed(struct blk_node *bs, uint64_t offset, const void *buf, uint64_t len)
 {
-	struct qc_comp_ctx c = { qc_state(bs), offset, len, buf };
+	struct qc_comp_ctx c = {qc_state(bs), offset, len, buf};
 
 	if (!qcow2_is(bs))
 		return -EINVAL;

@@ -29,19 +29,19 @@ enum qcow2_compression {
 };
 
 struct qcow2_create_opts {
-	uint64_t size;           /* virtual size in bytes (required unless a backing file gives it) */
-	uint32_t cluster_size;   /* 0: 65536; power of two, 512 .. 2 MiB */
-	int compat;              /* 0 or 3: version 3 ("1.1"); 2: version 2 ("0.10") */
-	bool extended_l2;        /* subclusters (version 3, cluster_size >= 16 KiB) */
-	bool lazy_refcounts;     /* version 3 */
-	uint32_t refcount_bits;  /* 0: 16; 1, 2, 4, ..., 64 */
+	uint64_t size;         /* virtual size in bytes (required unless a backing file gives it) */
+	uint32_t cluster_size; /* 0: 65536; power of two, 512 .. 2 MiB */
+	int compat;            /* 0 or 3: version 3 ("1.1"); 2: version 2 ("0.10") */
+	bool extended_l2;      /* subclusters (version 3, cluster_size >= 16 KiB) */
+	bool lazy_refcounts;   /* version 3 */
+	uint32_t refcount_bits; /* 0: 16; 1, 2, 4, ..., 64 */
 	enum qcow2_prealloc prealloc;
-	const char *backing_file;   /* NULL: none */
-	const char *backing_fmt;    /* required with backing_file ("raw", "qcow2") */
+	const char *backing_file; /* NULL: none */
+	const char *backing_fmt;  /* required with backing_file ("raw", "qcow2") */
 	enum qcow2_compression compression_type;
-	const char *data_file;      /* external data file (created or truncated), NULL: none */
-	bool data_file_raw;         /* autoclear bit: the data file is a raw image */
-	bool no_extent_hint;        /* do not set the 1 MiB XFS extent size hint */
+	const char *data_file; /* external data file (created or truncated), NULL: none */
+	bool data_file_raw;    /* autoclear bit: the data file is a raw image */
+	bool no_extent_hint;   /* do not set the 1 MiB XFS extent size hint */
 };
 
 /* Parse one "-o" option of qemu-img create (cluster_size=64K, compat=1.1,
@@ -56,21 +56,21 @@ int qcow2_create_opt(struct qcow2_create_opts *o, const char *key, const char *v
 int qcow2_create(const char *path, const struct qcow2_create_opts *o, char *err, size_t errlen);
 
 /* Consistency check. */
-#define QCOW2_FIX_LEAKS  (1 << 0)
+#define QCOW2_FIX_LEAKS (1 << 0)
 #define QCOW2_FIX_ERRORS (1 << 1)
 
 struct qcow2_check_result {
-	uint64_t corruptions;       /* errors still present */
-	uint64_t leaks;             /* leaked clusters still present */
+	uint64_t corruptions; /* errors still present */
+	uint64_t leaks;       /* leaked clusters still present */
 	uint64_t corruptions_fixed;
 	uint64_t leaks_fixed;
-	uint64_t check_errors;      /* internal errors (I/O) while checking */
-	uint64_t image_end_offset;  /* end of the last cluster in use */
+	uint64_t check_errors;       /* internal errors (I/O) while checking */
+	uint64_t image_end_offset;   /* end of the last cluster in use */
 	uint64_t allocated_clusters; /* guest clusters allocated in the active L1 */
-	uint64_t total_clusters;    /* guest clusters of the virtual disk */
+	uint64_t total_clusters;     /* guest clusters of the virtual disk */
 	uint64_t fragmented_clusters;
 	uint64_t compressed_clusters;
-	char first_error[256];      /* human description of the first problem found */
+	char first_error[256]; /* human description of the first problem found */
 };
 
 /* Check bs (a qcow2 node); with repair flags, fix what can be fixed (the node
@@ -89,32 +89,32 @@ int qcow2_check(struct blk_node *bs, int repair_flags, struct qcow2_check_result
 void qcow2_allow_repair_open(void);
 
 struct qcow2_snapshot_info {
-	char *id, *name;        /* NUL-terminated */
+	char *id, *name; /* NUL-terminated */
 	uint64_t vm_state_size;
 	uint64_t disk_size;
 	uint32_t date_sec, date_nsec;
 	uint64_t vm_clock_nsec;
-	uint64_t icount;        /* (uint64_t)-1 if absent */
+	uint64_t icount; /* (uint64_t)-1 if absent */
 };
 
 struct qcow2_info {
 	uint64_t virtual_size;
 	uint64_t cluster_size;
-	int version;            /* 2 or 3 ("0.10" or "1.1") */
+	int version; /* 2 or 3 ("0.10" or "1.1") */
 	uint32_t refcount_bits;
 	bool extended_l2;
 	bool lazy_refcounts;
 	bool corrupt;
-	bool dirty;             /* dirty bit as found at open */
+	bool dirty; /* dirty bit as found at open */
 	enum qcow2_compression compression_type;
-	char *data_file;        /* NULL: none */
+	char *data_file; /* NULL: none */
 	bool data_file_raw;
-	char *backing_file;     /* NULL: none (as written in the header) */
-	char *backing_format;   /* NULL: none declared */
+	char *backing_file;   /* NULL: none (as written in the header) */
+	char *backing_format; /* NULL: none declared */
 	uint64_t incompatible_features, compatible_features, autoclear_features;
 	unsigned nb_snapshots;
 	struct qcow2_snapshot_info *snapshots;
-	unsigned nb_bitmaps;    /* bitmaps in the (unsupported, preserved) extension */
+	unsigned nb_bitmaps; /* bitmaps in the (unsupported, preserved) extension */
 };
 
 /* Fill info (free with qcow2_info_free). bs must be a qcow2 node. */

@@ -94,8 +94,10 @@ int qc_rc_init(struct qc_state *s, char *err, size_t errlen)
 
 		why = qc_rct_problem(s, e);
 		if (why) {
-			snprintf(err, errlen, "qcow2: refcount block offset 0x%llx (refcount table "
-				 "entry %llu) %s", (unsigned long long)e, (unsigned long long)i, why);
+			snprintf(err, errlen,
+				 "qcow2: refcount block offset 0x%llx (refcount table "
+				 "entry %llu) %s",
+				 (unsigned long long)e, (unsigned long long)i, why);
 			ret = -EINVAL;
 		}
 		s->rct[i] = e;
@@ -115,8 +117,10 @@ static int qc_rb_check(struct qc_state *s, uint64_t ti, unsigned which)
 
 	if (!qc_meta_overlap(s, which, s->rct[ti], s->cluster_size, what, sizeof(what)))
 		return 0;
-	return qc_corrupt(s, "refcount block offset 0x%llx (refcount table entry %llu) overlaps "
-			  "the %s", (unsigned long long)s->rct[ti], (unsigned long long)ti, what);
+	return qc_corrupt(s,
+			  "refcount block offset 0x%llx (refcount table entry %llu) overlaps "
+			  "the %s",
+			  (unsigned long long)s->rct[ti], (unsigned long long)ti, what);
 }
 
 /* Key of the slice holding cluster c's refcount and its index there. */
@@ -174,8 +178,10 @@ static int qc_rb_create(struct qc_state *s, uint64_t ti, uint64_t r)
 	roff = r << s->cluster_bits;
 	/* Its refcount is zero (no block counts it): it must be unused. */
 	if (qc_meta_overlap(s, QC_OL_ALL, roff, s->cluster_size, what, sizeof(what)))
-		return qc_corrupt(s, "new refcount block at 0x%llx would overwrite the %s, whose "
-				  "refcount is zero", (unsigned long long)roff, what);
+		return qc_corrupt(s,
+				  "new refcount block at 0x%llx would overwrite the %s, whose "
+				  "refcount is zero",
+				  (unsigned long long)roff, what);
 	ret = qc_grow_file(s, s->file, roff + s->cluster_size);
 	if (ret)
 		return ret;
@@ -287,8 +293,8 @@ static int qc_rc_claim(struct qc_state *s, uint64_t c)
 		return ret ? ret : qc_rc_update(s, c, 1);
 	if (!s->rc_garbage_seen)
 		log_warn("qcow2: refcounts claim clusters past the end of the image (cluster %llu: "
-			 "%llu); they are taken as free", (unsigned long long)c,
-			 (unsigned long long)rc);
+			 "%llu); they are taken as free",
+			 (unsigned long long)c, (unsigned long long)rc);
 	s->rc_garbage_seen = true;
 	ret = qc_rc_set(s, c, rc, 1);
 	/* rc may have been 1 already: the cluster is ours now all the same. */
@@ -313,7 +319,7 @@ bool qc_rct_is_dirty(const struct qc_state *s)
 /* The new table goes after everything in use, followed by the refcount
  * blocks needed to describe itself and them. */
 struct qc_grow {
-	uint64_t a, k, m;     /* table at cluster a, k clusters; m new blocks after it */
+	uint64_t a, k, m; /* table at cluster a, k clusters; m new blocks after it */
 	uint64_t new_entries;
 	uint64_t *tab;
 };
@@ -436,7 +442,7 @@ static int qc_grow_switch(struct qc_state *s, struct qc_grow *g)
 
 static int qc_rct_grow(struct qc_state *s, uint64_t ti)
 {
-	struct qc_grow g = { 0 };
+	struct qc_grow g = {0};
 	uint64_t i, end;
 	int ret;
 
@@ -491,7 +497,7 @@ static int qc_trunc_run(void *arg)
 
 int qc_grow_file(struct qc_state *s, struct blk_node *node, uint64_t need)
 {
-	struct qc_trunc t = { node, 0 };
+	struct qc_trunc t = {node, 0};
 	uint64_t margin = need / 8, old = node->size;
 	int ret;
 
@@ -600,7 +606,7 @@ static int qc_alloc_search(struct qc_state *s, uint64_t *n, bool exact, uint64_t
 			return 0;
 		}
 		r = rs < c ? rs : (c + *n < re ? c + *n : rs);
-			ret = qc_rb_create(s, t, r);
+		ret = qc_rb_create(s, t, r);
 		if (ret)
 			return ret;
 		if (!exact && r > c && r < c + *n)
@@ -627,9 +633,11 @@ static int qc_alloc_claim(struct qc_state *s, uint64_t n, bool exact, uint64_t *
 	/* QEMU's overlap check before a write, done once at allocation. */
 	if (qc_meta_overlap(s, QC_OL_ALL, c << s->cluster_bits, n << s->cluster_bits, what,
 			    sizeof(what)))
-		return qc_corrupt(s, "clusters 0x%llx+%llu about to be allocated (refcount zero) "
-				  "hold the %s", (unsigned long long)(c << s->cluster_bits),
-				  (unsigned long long)n, what);
+		return qc_corrupt(s,
+				  "clusters 0x%llx+%llu about to be allocated (refcount zero) "
+				  "hold the %s",
+				  (unsigned long long)(c << s->cluster_bits), (unsigned long long)n,
+				  what);
 	ret = qc_grow_file(s, s->file, end);
 	for (i = 0; ret == 0 && i < n; i++)
 		ret = qc_rc_claim(s, c + i);
@@ -702,7 +710,7 @@ void qc_decref_add(struct qc_state *s, uint64_t off, uint64_t n, bool discard)
 		l->v = v;
 		l->cap = cap;
 	}
-	l->v[l->n++] = (struct qc_decref){ off, n, discard };
+	l->v[l->n++] = (struct qc_decref){off, n, discard};
 	s->metadata_changed = true;
 }
 
@@ -749,8 +757,7 @@ int qc_decref_process(struct qc_state *s)
 {
 	int ret = 0;
 
-	if (s->dec_wait.n &&
-	    __atomic_load_n(&s->wr_count[s->dec_epoch & 1], __ATOMIC_ACQUIRE) == 0)
+	if (s->dec_wait.n && __atomic_load_n(&s->wr_count[s->dec_epoch & 1], __ATOMIC_ACQUIRE) == 0)
 		ret = qc_decref_apply(s);
 	if (ret || s->dec_wait.n || !s->dec_new.n)
 		return ret;

@@ -104,8 +104,7 @@ static int qc_lookup_settled(struct qc_state *s, uint64_t gc, uint64_t *e, uint6
 	return ret;
 }
 
-int qc_co_readv(struct qc_state *s, uint64_t off, uint64_t len, const struct iovec *iov,
-		int iovcnt)
+int qc_co_readv(struct qc_state *s, uint64_t off, uint64_t len, const struct iovec *iov, int iovcnt)
 {
 	size_t iov_off = 0;
 	uint64_t e, bm, n, gc;
@@ -165,7 +164,7 @@ static int qc_write_in_place(struct qc_state *s, uint64_t e, uint64_t off, uint6
 	pthread_mutex_unlock(&s->lock);
 	qc_co_unlock(s, &s->meta);
 	ret = qc_co_rw_iov(s->data, BLK_OP_WRITE, (e & QC_OFFSET_MASK) + qc_coff(s, off), len, iov,
-			iovcnt, iov_off);
+			   iovcnt, iov_off);
 	qc_wr_end(s, ep);
 	return ret;
 }
@@ -217,9 +216,10 @@ static void qc_plan_range(struct qc_state *s, struct qc_plan *p, uint64_t off, u
 		unsigned first = (unsigned)(qc_coff(s, off) >> s->sc_bits);
 		unsigned last = (unsigned)(((end - 1) & (s->cluster_size - 1)) >> s->sc_bits);
 
-		p->cow.gstart = !p->new_host && (p->bm0 & (1ull << first)) ? off
-									   : qc_align_down(off, sc);
-		p->cow.gend = !p->new_host && (p->bm1 & (1ull << last)) ? end : qc_align_up(end, sc);
+		p->cow.gstart =
+			!p->new_host && (p->bm0 & (1ull << first)) ? off : qc_align_down(off, sc);
+		p->cow.gend =
+			!p->new_host && (p->bm1 & (1ull << last)) ? end : qc_align_up(end, sc);
 	}
 	p->cow.host = p->host + (p->cow.gstart - base);
 	p->cow.head_entry = p->e0;
@@ -375,7 +375,7 @@ static int qc_write_alloc(struct qc_state *s, struct qc_plan *p, uint64_t off, u
 static int64_t qc_write_step(struct qc_state *s, uint64_t off, uint64_t end,
 			     const struct iovec *iov, int iovcnt, size_t iov_off)
 {
-	struct qc_plan p = { .gc = off >> s->cluster_bits };
+	struct qc_plan p = {.gc = off >> s->cluster_bits};
 	uint64_t n = s->cluster_size - qc_coff(s, off), wlen;
 	bool joined;
 	int ret;
@@ -469,8 +469,8 @@ static int qc_zero_cluster(struct qc_state *s, uint64_t gc, uint32_t flags, bool
 	if (s->data_raw && !discard) /* the raw data file must hold the zeroes too */
 		ret = qc_grow_file(s, s->data, (gc + 1) << s->cluster_bits);
 	if (s->data_raw && !discard && !ret)
-		ret = qc_co_op(s->data, BLK_OP_WRITE_ZEROES, gc << s->cluster_bits,
-			       s->cluster_size, 0);
+		ret = qc_co_op(s->data, BLK_OP_WRITE_ZEROES, gc << s->cluster_bits, s->cluster_size,
+			       0);
 	if (ret)
 		goto out;
 	if (!qc_zero_entry(s, e, bm, unmap, discard, &ne, &nbm)) {
@@ -493,7 +493,7 @@ static int qc_zero_buffers(struct qc_state *s, uint64_t off, uint64_t len)
 {
 	while (len) {
 		uint64_t n = len < s->cluster_size ? len : s->cluster_size;
-		struct iovec v = { s->zero_buf, n };
+		struct iovec v = {s->zero_buf, n};
 		int ret = qc_co_writev(s, off, n, &v, 1, 0);
 
 		if (ret)
@@ -652,7 +652,7 @@ static int qc_write_one_compressed(struct qc_state *s, uint64_t off, const uint8
 	}
 	clen = qc_compress(s->comp_type, src, s->cluster_size, tmp, s->cluster_size - 512);
 	if (clen <= 0 || s->data_external) {
-		struct iovec v = { (void *)buf, len };
+		struct iovec v = {(void *)buf, len};
 
 		return clen < 0 ? (int)clen : qc_co_writev(s, off, len, &v, 1, 0);
 	}

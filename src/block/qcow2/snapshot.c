@@ -100,13 +100,16 @@ static int qc_snap_one(struct qc_state *s, struct qc_snap_rd *r, uint64_t *pos,
 	return 0;
 trunc:
 	if (ret == -EINVAL && r->limit == QC_MAX_SNAPSHOTS_BYTES)
-		snprintf(err, errlen, "qcow2: snapshot table (%u entries at 0x%llx) is larger than "
-			 "%u bytes", s->h.nb_snapshots, (unsigned long long)s->h.snapshots_offset,
+		snprintf(err, errlen,
+			 "qcow2: snapshot table (%u entries at 0x%llx) is larger than "
+			 "%u bytes",
+			 s->h.nb_snapshots, (unsigned long long)s->h.snapshots_offset,
 			 QC_MAX_SNAPSHOTS_BYTES);
 	else if (ret == -EINVAL)
-		snprintf(err, errlen, "qcow2: snapshot table (%u entries at 0x%llx) runs past the "
-			 "end of the file", s->h.nb_snapshots,
-			 (unsigned long long)s->h.snapshots_offset);
+		snprintf(err, errlen,
+			 "qcow2: snapshot table (%u entries at 0x%llx) runs past the "
+			 "end of the file",
+			 s->h.nb_snapshots, (unsigned long long)s->h.snapshots_offset);
 	return ret;
 }
 
@@ -124,8 +127,7 @@ static int qc_snap_validate(struct qc_state *s, const struct qc_snapshot *sn, ch
 	else if (bytes && (!sn->l1_offset || sn->l1_offset > (1ull << 56) ||
 			   sn->l1_offset + bytes > qc_align_up(s->file->size, s->cluster_size)))
 		snprintf(why, sizeof(why), "is outside the file");
-	else if (bytes && qc_meta_overlap(s, QC_OL_FIXED, sn->l1_offset, bytes, what,
-					  sizeof(what)))
+	else if (bytes && qc_meta_overlap(s, QC_OL_FIXED, sn->l1_offset, bytes, what, sizeof(what)))
 		snprintf(why, sizeof(why), "overlaps the %s", what);
 	else
 		return 0;
@@ -136,7 +138,7 @@ static int qc_snap_validate(struct qc_state *s, const struct qc_snapshot *sn, ch
 
 int qc_snapshots_read(struct qc_state *s, char *err, size_t errlen)
 {
-	struct qc_snap_rd r = { .s = s };
+	struct qc_snap_rd r = {.s = s};
 	uint64_t pos = 0, fend = qc_align_up(s->file->size, s->cluster_size);
 	uint32_t i;
 	int ret = 0;
@@ -163,14 +165,18 @@ int qc_snapshots_read(struct qc_state *s, char *err, size_t errlen)
 		s->nsnaps = i + 1;
 	}
 	free(r.buf);
-	if (!ret && (qc_ranges_overlap(s->h.snapshots_offset, pos, s->l1_offset,
-				       (uint64_t)s->l1_size * 8) ||
-		     qc_ranges_overlap(s->h.snapshots_offset, pos, s->rct_offset, s->rct_size * 8))) {
-		snprintf(err, errlen, "qcow2: the snapshot table (0x%llx, %llu bytes) overlaps the "
-			 "%s table", (unsigned long long)s->h.snapshots_offset,
-			 (unsigned long long)pos,
+	if (!ret &&
+	    (qc_ranges_overlap(s->h.snapshots_offset, pos, s->l1_offset,
+			       (uint64_t)s->l1_size * 8) ||
+	     qc_ranges_overlap(s->h.snapshots_offset, pos, s->rct_offset, s->rct_size * 8))) {
+		snprintf(err, errlen,
+			 "qcow2: the snapshot table (0x%llx, %llu bytes) overlaps the "
+			 "%s table",
+			 (unsigned long long)s->h.snapshots_offset, (unsigned long long)pos,
 			 qc_ranges_overlap(s->h.snapshots_offset, pos, s->l1_offset,
-					   (uint64_t)s->l1_size * 8) ? "L1" : "refcount");
+					   (uint64_t)s->l1_size * 8)
+				 ? "L1"
+				 : "refcount");
 		ret = -EINVAL;
 	}
 	s->snap_offset = s->h.snapshots_offset;
