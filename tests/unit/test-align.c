@@ -159,28 +159,24 @@ static void test_rmw_concurrent(void **state)
 	blk_close(bs);
 }
 
+/* The overlap tests' data: A (100 bytes of 0xaa), B and C (a block of 0xbb,
+ * of 0xcc). */
+static uint8_t ov_a[100], ov_b[4096], ov_c[4096];
+
 /* A 256 KiB RAM node with 4096-byte blocks whose device holds every request
- * until the test pumps it. */
+ * until the test pumps it; the overlap buffers filled. */
 static struct blk_node *open_held(struct ram_dev **d)
 {
 	struct blk_node *bs;
 
+	memset(ov_a, 0xaa, sizeof(ov_a));
+	memset(ov_b, 0xbb, sizeof(ov_b));
+	memset(ov_c, 0xcc, sizeof(ov_c));
 	ram_cfg.align = 4096;
 	ram_cfg.hold = true;
 	bs = test_open("driver=ram,ram-size=256K");
 	*d = ram_last;
 	return bs;
-}
-
-/* The overlap tests' data: A (100 bytes of 0xaa), B and C (a block of 0xbb,
- * of 0xcc). */
-static uint8_t ov_a[100], ov_b[4096], ov_c[4096];
-
-static void overlap_fill(void)
-{
-	memset(ov_a, 0xaa, sizeof(ov_a));
-	memset(ov_b, 0xbb, sizeof(ov_b));
-	memset(ov_c, 0xcc, sizeof(ov_c));
 }
 
 /* Make t a request counted in *done and submit it: the core must take it. */
@@ -201,7 +197,6 @@ static void test_overlap_rmw_first(void **state)
 	unsigned done = 0;
 
 	bs = open_held(&d);
-	overlap_fill();
 	submit_ok(bs, &ta, BLK_OP_WRITE, 100, ov_a, 100, &done);
 	submit_ok(bs, &tb, BLK_OP_WRITE, 0, ov_b, 4096, &done);
 	submit_ok(bs, &tc, BLK_OP_WRITE, 8192, ov_b, 4096, &done);
@@ -233,7 +228,6 @@ static void test_overlap_aligned_first(void **state)
 	unsigned done = 0;
 
 	bs = open_held(&d);
-	overlap_fill();
 	submit_ok(bs, &tb, BLK_OP_WRITE, 0, ov_b, 4096, &done);
 	submit_ok(bs, &ta, BLK_OP_WRITE, 3000, ov_a, 100, &done);
 	submit_ok(bs, &tr, BLK_OP_READ, 0, r, 4096, &done);
@@ -261,7 +255,6 @@ static void test_overlap_counts(void **state)
 	unsigned done = 0;
 
 	bs = open_held(&d);
-	overlap_fill();
 	/* An RMW alone, done. */
 	submit_ok(bs, &ta, BLK_OP_WRITE, 100, ov_a, 100, &done);
 	ram_pump(d, *state, &done, 1);
