@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/compiler.h"
 #include "control/monitor.h"
 #include "control/qmp-cmds.h"
 #include "control/qmp.h"
@@ -28,7 +29,6 @@
 #include "util/log.h"
 #include "util/unix-listener.h"
 
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 #define CLIENT_IN_BUF (64u << 10)
 
 struct mon_client {

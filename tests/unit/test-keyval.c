@@ -11,9 +11,9 @@
 
 #include <cmocka.h>
 
+#include "util/compiler.h"
 #include "control/keyval.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static char *dump(json_t *v)
 {

@@ -20,13 +20,13 @@
 
 #include <cmocka.h>
 
+#include "util/compiler.h"
 #include "control/monitor-opts.h"
 #include "control/monitor.h"
 #include "control/qmp-cmds.h"
 #include "control/qmp.h"
 #include "loop/loop.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 struct opt_case {
 	const char *arg, *msg;

@@ -15,10 +15,10 @@
 
 #include <cmocka.h>
 
+#include "util/compiler.h"
 #include "control/keyval.h"
 #include "control/schema.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 static const struct qapi_type cache = QAPI_OBJECT_TYPE(
 	"BlockdevCacheOptions",
