@@ -72,7 +72,7 @@ static void fill_object(struct dyn *d, struct qapi_type *t, json_t *info)
 
 	t->kind = QAPI_OBJECT;
 	t->members = mem;
-	json_array_foreach(members, i, m) {
+	json_array_foreach (members, i, m) {
 		if (!mem)
 			return;
 		mem[i].name = json_string_value(json_object_get(m, "name"));
@@ -84,7 +84,7 @@ static void fill_object(struct dyn *d, struct qapi_type *t, json_t *info)
 	if (!t->tag || !(var = dyn_alloc(d, json_array_size(vars), sizeof(*var))))
 		return;
 	t->variants = var;
-	json_array_foreach(vars, i, v) {
+	json_array_foreach (vars, i, v) {
 		var[i].tag = json_string_value(json_object_get(v, "case"));
 		var[i].type = dyn_type(d, json_string_value(json_object_get(v, "type")));
 	}
@@ -97,8 +97,8 @@ static void fill_enum(struct dyn *d, struct qapi_type *t, json_t *info)
 	size_t i;
 
 	t->kind = QAPI_ENUM;
-	t->values = vals ? vals : (const char *const[]){ NULL };
-	json_array_foreach(values, i, v)
+	t->values = vals ? vals : (const char *const[]){NULL};
+	json_array_foreach (values, i, v)
 		if (vals)
 			vals[i] = json_string_value(v);
 }
@@ -110,8 +110,8 @@ static void fill_alternate(struct dyn *d, struct qapi_type *t, json_t *info)
 	size_t i;
 
 	t->kind = QAPI_ALTERNATE;
-	t->alts = alts ? alts : (const struct qapi_type *const[]){ NULL };
-	json_array_foreach(members, i, m)
+	t->alts = alts ? alts : (const struct qapi_type *const[]){NULL};
+	json_array_foreach (members, i, m)
 		if (alts)
 			alts[i] = dyn_type(d, json_string_value(json_object_get(m, "type")));
 }
@@ -153,7 +153,8 @@ static const struct qapi_type *dyn_type(struct dyn *d, const char *name)
 	t = calloc(1, sizeof(*t));
 	if (types)
 		d->types = types;
-	if (!types || !t || json_object_set_new(d->made, name, json_integer((json_int_t)d->ntypes))) {
+	if (!types || !t ||
+	    json_object_set_new(d->made, name, json_integer((json_int_t)d->ntypes))) {
 		free(t);
 		d->err = -ENOMEM;
 		return &qapi_any;
@@ -211,17 +212,17 @@ static char *join_args(char **argv, int argc, char *err, size_t errlen)
 	return s;
 }
 
-json_t *qmp_args_from_keyval(char **argv, int argc, const char *command, json_t *schema,
-			     char *err, size_t errlen)
+json_t *qmp_args_from_keyval(char **argv, int argc, const char *command, json_t *schema, char *err,
+			     size_t errlen)
 {
-	struct dyn d = { .infos = json_object(), .made = json_object() };
+	struct dyn d = {.infos = json_object(), .made = json_object()};
 	const struct qapi_type *args = NULL;
 	char *joined = join_args(argv, argc, err, errlen);
 	json_t *o = joined ? keyval_parse(joined, NULL, NULL, err, errlen) : NULL, *info;
 	size_t i;
 
 	free(joined);
-	json_array_foreach(schema, i, info) {
+	json_array_foreach (schema, i, info) {
 		const char *name = json_string_value(json_object_get(info, "name"));
 
 		if (name && d.infos)

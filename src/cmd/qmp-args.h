@@ -11,7 +11,7 @@
  * schema: the server's query-qmp-schema answer (NULL: none); with the
  * command in it, the values get their member types and are checked; else
  * they stay strings. A new object, or NULL with the message in err. */
-json_t *qmp_args_from_keyval(char **argv, int argc, const char *command, json_t *schema,
-			     char *err, size_t errlen);
+json_t *qmp_args_from_keyval(char **argv, int argc, const char *command, json_t *schema, char *err,
+			     size_t errlen);
 
 #endif

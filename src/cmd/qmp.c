@@ -39,7 +39,8 @@ struct qmpc {
 static void qmp_usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: ioplane qmp [-e] [-t SECONDS] [-c] [-S] SOCKET COMMAND [KEY=VALUE... | JSON]\n"
+		"Usage: ioplane qmp [-e] [-t SECONDS] [-c] [-S] SOCKET COMMAND [KEY=VALUE... | "
+		"JSON]\n"
 		"\n"
 		"Connects to the QMP monitor on the unix socket SOCKET (ioplane serve --monitor,\n"
 		"qemu-storage-daemon --monitor), sends COMMAND and prints what it returns as\n"
@@ -77,7 +78,7 @@ static int64_t now_ms(void)
 
 static int qmpc_connect(struct qmpc *c, const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
 	if (strlen(path) >= sizeof(sa.sun_path)) {
 		fprintf(stderr, "ioplane qmp: %s: the path is too long for a unix socket\n", path);
@@ -97,26 +98,28 @@ static int qmpc_connect(struct qmpc *c, const char *path)
 static json_t *qmpc_read(struct qmpc *c, int wait_ms, bool quiet)
 {
 	int64_t deadline = now_ms() + wait_ms;
-	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	struct pollfd p = {.fd = c->fd, .events = POLLIN};
 	char err[256];
 	size_t used;
 	ssize_t n;
 
 	for (;;) {
 		while (c->head < c->len) {
-			enum json_split_result r =
-				json_split_feed(&c->split, c->buf + c->head, c->len - c->head, &used);
+			enum json_split_result r = json_split_feed(&c->split, c->buf + c->head,
+								   c->len - c->head, &used);
 
 			c->head += used;
 			if (r == JSON_SPLIT_MSG) {
-				json_t *v = qjson_parse(c->split.buf, c->split.len, err, sizeof(err));
+				json_t *v =
+					qjson_parse(c->split.buf, c->split.len, err, sizeof(err));
 
 				if (v)
 					return v;
 			}
 			if (r == JSON_SPLIT_FATAL || r == JSON_SPLIT_MSG || r == JSON_SPLIT_ERROR) {
 				if (!quiet)
-					fprintf(stderr, "ioplane qmp: bad message from the server: %s\n",
+					fprintf(stderr,
+						"ioplane qmp: bad message from the server: %s\n",
 						r == JSON_SPLIT_MSG ? err : c->split.error);
 				return NULL;
 			}
@@ -260,9 +263,9 @@ static int report(struct qmpc *c, json_t *r)
 }
 
 static const struct option qmp_long_opts[] = {
-	{ "events", no_argument, NULL, 'e' },	  { "timeout", required_argument, NULL, 't' },
-	{ "compact", no_argument, NULL, 'c' },	  { "sort-keys", no_argument, NULL, 'S' },
-	{ "help", no_argument, NULL, 'h' },	  { NULL, 0, NULL, 0 },
+	{"events", no_argument, NULL, 'e'},  {"timeout", required_argument, NULL, 't'},
+	{"compact", no_argument, NULL, 'c'}, {"sort-keys", no_argument, NULL, 'S'},
+	{"help", no_argument, NULL, 'h'},    {NULL, 0, NULL, 0},
 };
 
 static int qmp_parse(struct qmpc *c, int argc, char **argv)
@@ -277,7 +280,8 @@ static int qmp_parse(struct qmpc *c, int argc, char **argv)
 			c->events = true;
 		} else if (o == 't') {
 			if (parse_u64(optarg, &secs) < 0 || !secs || secs > 86400)
-				return usage_error("--timeout: expected 1..86400 seconds, not", optarg);
+				return usage_error("--timeout: expected 1..86400 seconds, not",
+						   optarg);
 			c->timeout_ms = (int)secs * 1000;
 		} else if (o == 'c') {
 			c->flags = (c->flags & ~(size_t)JSON_INDENT(0x1f)) | JSON_COMPACT;

@@ -21,48 +21,48 @@ static const struct qapi_type meta_type = QAPI_ENUM_TYPE(
 	"SchemaMetaType", "builtin", "enum", "array", "object", "alternate", "command", "event");
 static const struct qapi_type json_type_enum = QAPI_ENUM_TYPE(
 	"JSONType", "string", "number", "int", "boolean", "null", "object", "array", "value");
-static const struct qapi_type info_builtin = QAPI_OBJECT_TYPE(
-	"SchemaInfoBuiltin", QAPI_MEMBERS(QAPI_REQ("json-type", &json_type_enum)));
-static const struct qapi_type enum_member = QAPI_OBJECT_TYPE(
-	"SchemaInfoEnumMember",
-	QAPI_MEMBERS(QAPI_REQ("name", &qapi_str), QAPI_OPT("features", &str_list)));
+static const struct qapi_type info_builtin =
+	QAPI_OBJECT_TYPE("SchemaInfoBuiltin", QAPI_MEMBERS(QAPI_REQ("json-type", &json_type_enum)));
+static const struct qapi_type enum_member =
+	QAPI_OBJECT_TYPE("SchemaInfoEnumMember", QAPI_MEMBERS(QAPI_REQ("name", &qapi_str),
+							      QAPI_OPT("features", &str_list)));
 static const struct qapi_type enum_member_list = QAPI_LIST_TYPE(&enum_member);
-static const struct qapi_type info_enum = QAPI_OBJECT_TYPE(
-	"SchemaInfoEnum",
-	QAPI_MEMBERS(QAPI_REQ("members", &enum_member_list), QAPI_REQ("values", &str_list)));
-static const struct qapi_type info_array = QAPI_OBJECT_TYPE(
-	"SchemaInfoArray", QAPI_MEMBERS(QAPI_REQ("element-type", &qapi_str)));
+static const struct qapi_type info_enum =
+	QAPI_OBJECT_TYPE("SchemaInfoEnum", QAPI_MEMBERS(QAPI_REQ("members", &enum_member_list),
+							QAPI_REQ("values", &str_list)));
+static const struct qapi_type info_array =
+	QAPI_OBJECT_TYPE("SchemaInfoArray", QAPI_MEMBERS(QAPI_REQ("element-type", &qapi_str)));
 static const struct qapi_type object_member = QAPI_OBJECT_TYPE(
 	"SchemaInfoObjectMember",
 	QAPI_MEMBERS(QAPI_REQ("name", &qapi_str), QAPI_REQ("type", &qapi_str),
 		     QAPI_OPT("default", &qapi_any), QAPI_OPT("features", &str_list)));
 static const struct qapi_type object_member_list = QAPI_LIST_TYPE(&object_member);
-static const struct qapi_type object_variant = QAPI_OBJECT_TYPE(
-	"SchemaInfoObjectVariant",
-	QAPI_MEMBERS(QAPI_REQ("case", &qapi_str), QAPI_REQ("type", &qapi_str)));
+static const struct qapi_type object_variant =
+	QAPI_OBJECT_TYPE("SchemaInfoObjectVariant",
+			 QAPI_MEMBERS(QAPI_REQ("case", &qapi_str), QAPI_REQ("type", &qapi_str)));
 static const struct qapi_type object_variant_list = QAPI_LIST_TYPE(&object_variant);
 static const struct qapi_type info_object = QAPI_OBJECT_TYPE(
 	"SchemaInfoObject",
 	QAPI_MEMBERS(QAPI_REQ("members", &object_member_list), QAPI_OPT("tag", &qapi_str),
 		     QAPI_OPT("variants", &object_variant_list)));
-static const struct qapi_type alternate_member = QAPI_OBJECT_TYPE(
-	"SchemaInfoAlternateMember", QAPI_MEMBERS(QAPI_REQ("type", &qapi_str)));
+static const struct qapi_type alternate_member =
+	QAPI_OBJECT_TYPE("SchemaInfoAlternateMember", QAPI_MEMBERS(QAPI_REQ("type", &qapi_str)));
 static const struct qapi_type alternate_member_list = QAPI_LIST_TYPE(&alternate_member);
 static const struct qapi_type info_alternate = QAPI_OBJECT_TYPE(
 	"SchemaInfoAlternate", QAPI_MEMBERS(QAPI_REQ("members", &alternate_member_list)));
-static const struct qapi_type info_command = QAPI_OBJECT_TYPE(
-	"SchemaInfoCommand",
-	QAPI_MEMBERS(QAPI_REQ("arg-type", &qapi_str), QAPI_REQ("ret-type", &qapi_str),
-		     QAPI_OPT("allow-oob", &qapi_bool)));
+static const struct qapi_type info_command =
+	QAPI_OBJECT_TYPE("SchemaInfoCommand", QAPI_MEMBERS(QAPI_REQ("arg-type", &qapi_str),
+							   QAPI_REQ("ret-type", &qapi_str),
+							   QAPI_OPT("allow-oob", &qapi_bool)));
 static const struct qapi_type info_event =
 	QAPI_OBJECT_TYPE("SchemaInfoEvent", QAPI_MEMBERS(QAPI_REQ("arg-type", &qapi_str)));
 static const struct qapi_type schema_info = QAPI_UNION_TYPE(
 	"SchemaInfo",
 	QAPI_MEMBERS(QAPI_REQ("name", &qapi_str), QAPI_REQ("meta-type", &meta_type),
 		     QAPI_OPT("features", &str_list)),
-	"meta-type", { "builtin", &info_builtin }, { "enum", &info_enum },
-	{ "array", &info_array }, { "object", &info_object }, { "alternate", &info_alternate },
-	{ "command", &info_command }, { "event", &info_event });
+	"meta-type", {"builtin", &info_builtin}, {"enum", &info_enum}, {"array", &info_array},
+	{"object", &info_object}, {"alternate", &info_alternate}, {"command", &info_command},
+	{"event", &info_event});
 static const struct qapi_type schema_info_list = QAPI_LIST_TYPE(&schema_info);
 
 /* ---- walking the types -------------------------------------------------- */
@@ -104,9 +104,9 @@ static const char *builtin_name(const struct qapi_type *t)
 
 static const char *builtin_json_type(const char *name)
 {
-	static const char *const map[][2] = { { "str", "string" }, { "bool", "boolean" },
-					      { "int", "int" },	   { "number", "number" },
-					      { "null", "null" },  { "any", "value" } };
+	static const char *const map[][2] = {{"str", "string"}, {"bool", "boolean"},
+					     {"int", "int"},    {"number", "number"},
+					     {"null", "null"},  {"any", "value"}};
 	size_t i;
 
 	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
@@ -189,8 +189,8 @@ static json_t *enum_info(const char *name, const struct qapi_type *t)
 
 static json_t *alternate_info(struct walk *w, const char *name, const struct qapi_type *t)
 {
-	json_t *info = json_pack("{s:s,s:s,s:[]}", "name", name, "meta-type", "alternate",
-				 "members");
+	json_t *info =
+		json_pack("{s:s,s:s,s:[]}", "name", name, "meta-type", "alternate", "members");
 	const struct qapi_type *const *a;
 
 	for (a = t->alts; info && *a; a++)
@@ -263,7 +263,7 @@ static void describe_commands(struct walk *w)
 
 static void query_qmp_schema(struct qmp_req *req, json_t *args)
 {
-	struct walk w = { .out = json_array() };
+	struct walk w = {.out = json_array()};
 
 	(void)args;
 	if (!w.out)
@@ -282,8 +282,7 @@ static void query_qmp_schema(struct qmp_req *req, json_t *args)
 }
 
 static const struct qmp_command schema_cmd = {
-	.name = "query-qmp-schema", .ret = &schema_info_list, .fn = query_qmp_schema
-};
+	.name = "query-qmp-schema", .ret = &schema_info_list, .fn = query_qmp_schema};
 
 int qmp_register_introspection(void)
 {

@@ -21,10 +21,10 @@
 #include "control/json.h"
 
 enum {
-	ST_TOP,	   /* between messages */
+	ST_TOP,    /* between messages */
 	ST_VALUE,  /* inside an object or array, outside strings */
-	ST_STR,	   /* inside a string */
-	ST_ESC,	   /* after a backslash in a string */
+	ST_STR,    /* inside a string */
+	ST_ESC,    /* after a backslash in a string */
 	ST_SCALAR, /* a top-level number or keyword */
 };
 

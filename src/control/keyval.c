@@ -111,8 +111,8 @@ static json_t *kv_walk(json_t *root, const char *key, size_t klen, char *leaf, c
 				 s != key || s + len != end ? " fragment" : "", (int)len, s);
 			return NULL;
 		}
-		if (s != key && !(cur = kv_put(cur, leaf, NULL, key, (size_t)(s - 1 - key), err,
-					      errlen)))
+		if (s != key &&
+		    !(cur = kv_put(cur, leaf, NULL, key, (size_t)(s - 1 - key), err, errlen)))
 			return NULL;
 		memcpy(leaf, s, len);
 		leaf[len] = '\0';
@@ -137,8 +137,8 @@ static json_t *kv_string(const char *val, size_t n, const char *key, size_t klen
 }
 
 /* The value at s up to a single ','; ",," is a comma. *next: after it. */
-static json_t *kv_value(const char *s, const char **next, const char *key, size_t klen,
-			char *err, size_t errlen)
+static json_t *kv_value(const char *s, const char **next, const char *key, size_t klen, char *err,
+			size_t errlen)
 {
 	size_t n = 0, i;
 	char *buf;
@@ -167,8 +167,8 @@ static bool is_help(const char *s, size_t len)
 }
 
 /* One element at s; returns what follows it, or NULL on error. */
-static const char *kv_parse_one(json_t *root, const char *s, const char *implied_key,
-				bool *help, char *err, size_t errlen)
+static const char *kv_parse_one(json_t *root, const char *s, const char *implied_key, bool *help,
+				char *err, size_t errlen)
 {
 	size_t len = strcspn(s, "=,"), klen = len;
 	const char *key = s, *next;
@@ -219,7 +219,7 @@ static json_t *kv_to_list(json_t *obj, const char *path, char *err, size_t errle
 
 	if (!elt)
 		goto oom;
-	json_object_foreach(obj, key, v) {
+	json_object_foreach (obj, key, v) {
 		idx = key_index(key, &len);
 		max = idx > max ? idx : max;
 		if ((size_t)idx < n)
@@ -255,7 +255,7 @@ static json_t *kv_listify(json_t *obj, char *path, size_t size, char *err, size_
 	json_t *v, *nv;
 	void *tmp;
 
-	json_object_foreach_safe(obj, tmp, key, v) {
+	json_object_foreach_safe (obj, tmp, key, v) {
 		if (all_digits(key))
 			has_index = true;
 		else
@@ -277,8 +277,7 @@ static json_t *kv_listify(json_t *obj, char *path, size_t size, char *err, size_
 	return has_index ? kv_to_list(obj, path, err, errlen) : obj;
 }
 
-json_t *keyval_parse(const char *s, const char *implied_key, bool *help, char *err,
-		     size_t errlen)
+json_t *keyval_parse(const char *s, const char *implied_key, bool *help, char *err, size_t errlen)
 {
 	json_t *root = json_object();
 	char path[1024] = "";

@@ -23,8 +23,7 @@
  * ','). An element "help" or "?" sets *help; with help NULL it is the error
  * "Help is not available for this option".
  * Returns a new object, or NULL with QEMU's message in err. */
-json_t *keyval_parse(const char *s, const char *implied_key, bool *help, char *err,
-		     size_t errlen);
+json_t *keyval_parse(const char *s, const char *implied_key, bool *help, char *err, size_t errlen);
 
 /* qsd's option argument: JSON if it starts with '{' (*is_json true: the
  * values are typed), else keyval_parse() without help. */

@@ -48,23 +48,25 @@ struct monitor_set {
 
 /* QEMU's chardev option names: others are "Invalid parameter". */
 static const char *const chardev_keys[] = {
-	"backend", "path", "host", "port", "fd", "local", "localaddr", "localport", "to", "ipv4",
-	"ipv6", "wait", "server", "delay", "nodelay", "reconnect", "telnet", "tn3270",
-	"websocket", "tls-creds", "tls-authz", "width", "height", "cols", "rows", "mux",
-	"signal", "name", "debug", "size", "chardev", "append", "logfile", "logappend",
-	"abstract", "tight", "id", NULL,
+	"backend",   "path",      "host",    "port",   "fd",        "local",     "localaddr",
+	"localport", "to",        "ipv4",    "ipv6",   "wait",      "server",    "delay",
+	"nodelay",   "reconnect", "telnet",  "tn3270", "websocket", "tls-creds", "tls-authz",
+	"width",     "height",    "cols",    "rows",   "mux",       "signal",    "name",
+	"debug",     "size",      "chardev", "append", "logfile",   "logappend", "abstract",
+	"tight",     "id",        NULL,
 };
 static const char *const chardev_bools[] = {
-	"ipv4", "ipv6", "wait", "server", "delay", "nodelay", "telnet", "tn3270", "websocket",
-	"mux", "signal", "append", "logappend", "abstract", "tight", NULL,
+	"ipv4",      "ipv6", "wait",   "server", "delay",     "nodelay",  "telnet", "tn3270",
+	"websocket", "mux",  "signal", "append", "logappend", "abstract", "tight",  NULL,
 };
 /* What the socket backend does here, with values that need no support. */
-static const char *const socket_keys[] = { "backend", "id", "path", "fd", "server", "wait",
-					   "nodelay", NULL };
+static const char *const socket_keys[] = {"backend", "id",   "path",    "fd",
+					  "server",  "wait", "nodelay", NULL};
 static const char *const backends[] = {
-	"null", "socket", "udp", "ringbuf", "memory", "file", "pipe", "pty", "stdio", "serial",
-	"tty", "parallel", "parport", "spicevmc", "spiceport", "qemu-vdagent", "dbus", "vc",
-	"braille", "msmouse", "wctablet", "testdev", NULL,
+	"null",    "socket",   "udp",       "ringbuf",      "memory", "file",
+	"pipe",    "pty",      "stdio",     "serial",       "tty",    "parallel",
+	"parport", "spicevmc", "spiceport", "qemu-vdagent", "dbus",   "vc",
+	"braille", "msmouse",  "wctablet",  "testdev",      NULL,
 };
 
 static bool in_list(const char *const *list, const char *s, size_t n)
@@ -106,8 +108,9 @@ static int qemuopts_put(json_t *o, const char *s, size_t n, const char *arg, cha
 		return -EINVAL;
 	}
 	if (!eq)
-		log_warn("--chardev %s: short-form boolean option '%.*s' is deprecated, use %.*s=%s",
-			 arg, (int)n, s, (int)klen, k, no ? "off" : "on");
+		log_warn(
+			"--chardev %s: short-form boolean option '%.*s' is deprecated, use %.*s=%s",
+			arg, (int)n, s, (int)klen, k, no ? "off" : "on");
 	snprintf(key, sizeof(key), "%.*s", (int)klen, k);
 	if (eq)
 		return qemuopts_set(o, key, eq + 1, n - klen - 1, err, errlen);
@@ -169,8 +172,7 @@ static int parse_fd(const char *s, int *fd, char *err, size_t errlen)
 	return 0;
 }
 
-static int chardev_bool(json_t *o, const char *key, bool dflt, bool *out, char *err,
-			size_t errlen)
+static int chardev_bool(json_t *o, const char *key, bool dflt, bool *out, char *err, size_t errlen)
 {
 	const char *v = qapi_get_str(o, key);
 
@@ -189,10 +191,12 @@ static int socket_check(json_t *o, char *err, size_t errlen)
 	bool server, b;
 	json_t *v;
 
-	json_object_foreach(o, key, v) {
+	json_object_foreach (o, key, v) {
 		if (!in_list(socket_keys, key, strlen(key))) {
-			snprintf(err, errlen, "chardev '%s': '%s' is not supported by ioplane "
-				 "(unix sockets by path, and passed fds, are)", id, key);
+			snprintf(err, errlen,
+				 "chardev '%s': '%s' is not supported by ioplane "
+				 "(unix sockets by path, and passed fds, are)",
+				 id, key);
 			return -EINVAL;
 		}
 	}
@@ -205,8 +209,10 @@ static int socket_check(json_t *o, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if (qapi_has(o, "path") && !server) {
-		snprintf(err, errlen, "chardev '%s': ioplane listens (server=on); it does not "
-			 "connect to a socket", id);
+		snprintf(err, errlen,
+			 "chardev '%s': ioplane listens (server=on); it does not "
+			 "connect to a socket",
+			 id);
 		return -EINVAL;
 	}
 	return 0;
@@ -258,7 +264,7 @@ static void *grow(void *p, unsigned n, size_t size)
 int monitor_set_add_chardev(struct monitor_set *ms, const char *arg, char *err, size_t errlen)
 {
 	json_t *o = qemuopts_parse(arg, err, errlen);
-	struct chardev_opt c = { .arg = arg, .fd = -1 }, *p;
+	struct chardev_opt c = {.arg = arg, .fd = -1}, *p;
 	int ret = o ? chardev_check(o, err, errlen) : -EINVAL;
 
 	if (!ret && find_chardev(ms, qapi_get_str(o, "id"))) {
@@ -355,7 +361,7 @@ static int monitor_check(json_t *o, struct monitor_opt *m, char *err, size_t err
 
 int monitor_set_add_monitor(struct monitor_set *ms, const char *arg, char *err, size_t errlen)
 {
-	struct monitor_opt m = { .arg = arg, .fd = -1, .mode = 0600 }, *p;
+	struct monitor_opt m = {.arg = arg, .fd = -1, .mode = 0600}, *p;
 	json_t *o = qapi_parse_option(&monitor_options, arg, "chardev", err, errlen);
 	int ret = o ? monitor_check(o, &m, err, errlen) : -EINVAL;
 
@@ -365,7 +371,8 @@ int monitor_set_add_monitor(struct monitor_set *ms, const char *arg, char *err, 
 		p = grow(ms->monitors, ms->nmonitors, sizeof(*p));
 		if (p)
 			ms->monitors = p;
-		if (!p || (qapi_has(o, "chardev") && !m.chardev) || (qapi_has(o, "unix") && !m.path)) {
+		if (!p || (qapi_has(o, "chardev") && !m.chardev) ||
+		    (qapi_has(o, "unix") && !m.path)) {
 			free(m.chardev);
 			free(m.path);
 			snprintf(err, errlen, "out of memory");
@@ -407,13 +414,13 @@ static mode_t umask_mode(void)
 }
 
 /* The socket a monitor serves: a chardev's, or its own. */
-static int monitor_config(struct monitor_set *ms, struct monitor_opt *m,
-			  struct monitor_config *cfg, char *err, size_t errlen)
+static int monitor_config(struct monitor_set *ms, struct monitor_opt *m, struct monitor_config *cfg,
+			  char *err, size_t errlen)
 {
 	struct chardev_opt *c;
 
-	*cfg = (struct monitor_config){ .path = m->path, .mode = m->mode, .fd = m->fd,
-					.pretty = m->pretty };
+	*cfg = (struct monitor_config){
+		.path = m->path, .mode = m->mode, .fd = m->fd, .pretty = m->pretty};
 	if (!m->chardev)
 		return 0;
 	c = find_chardev(ms, m->chardev);
@@ -442,7 +449,8 @@ int monitor_set_start(struct monitor_set *ms, struct loop *main_loop, char *err,
 	for (i = 0; i < ms->nmonitors; i++) {
 		ret = monitor_config(ms, &ms->monitors[i], &cfg, why, sizeof(why));
 		if (ret == 0)
-			ret = monitor_start(main_loop, &cfg, &ms->monitors[i].mon, why, sizeof(why));
+			ret = monitor_start(main_loop, &cfg, &ms->monitors[i].mon, why,
+					    sizeof(why));
 		if (ret < 0) {
 			snprintf(err, errlen, "--monitor %s: %s", ms->monitors[i].arg, why);
 			return ret;

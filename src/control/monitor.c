@@ -36,8 +36,8 @@ struct mon_client {
 	struct monitor *mon;
 	struct loop_fd h;
 	struct loop_timer kick; /* due now: resumes input, or frees a dead client */
-	bool eof;  /* the client will send no more */
-	bool dead; /* to be freed: socket error, overflow, or done */
+	bool eof;               /* the client will send no more */
+	bool dead;              /* to be freed: socket error, overflow, or done */
 	size_t in_head, in_len;
 	struct mon_client *next;
 	uint8_t in[CLIENT_IN_BUF];
@@ -229,7 +229,7 @@ static int client_new(struct monitor *m, int fd)
 		return -ENOMEM;
 	c->mon = m;
 	c->kick.cb = client_kick_cb;
-	c->h = (struct loop_fd){ .fd = fd, .events = EPOLLIN, .cb = client_cb };
+	c->h = (struct loop_fd){.fd = fd, .events = EPOLLIN, .cb = client_cb};
 	if (loop_fd_add(m->loop, &c->h) < 0) {
 		free(c);
 		return -ENOMEM;
@@ -326,10 +326,11 @@ int monitor_start(struct loop *main_loop, const struct monitor_config *cfg, stru
 	else
 		ret = start_fd(m, cfg->fd, err, errlen);
 	if (ret == 0 && m->l.fd >= 0) {
-		m->lh = (struct loop_fd){ .fd = m->l.fd, .events = EPOLLIN, .cb = accept_cb };
+		m->lh = (struct loop_fd){.fd = m->l.fd, .events = EPOLLIN, .cb = accept_cb};
 		ret = loop_fd_add(main_loop, &m->lh);
 		if (ret < 0)
-			snprintf(err, errlen, "cannot watch the monitor socket: %s", strerror(-ret));
+			snprintf(err, errlen, "cannot watch the monitor socket: %s",
+				 strerror(-ret));
 	}
 	if (ret < 0) {
 		if (cfg->path)

@@ -20,7 +20,7 @@ struct monitor;
 struct monitor_config {
 	const char *path; /* listen here, with permissions `mode`; or */
 	mode_t mode;
-	int fd;	     /* a socket from the parent (-1: none): listening or connected */
+	int fd;      /* a socket from the parent (-1: none): listening or connected */
 	bool pretty; /* indented JSON output */
 };
 

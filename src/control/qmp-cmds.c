@@ -30,21 +30,21 @@ static const struct qapi_type qmp_capabilities_args = QAPI_OBJECT_TYPE(
 static const struct qapi_type version_triple = QAPI_OBJECT_TYPE(
 	"VersionTriple", QAPI_MEMBERS(QAPI_REQ("major", &qapi_int), QAPI_REQ("minor", &qapi_int),
 				      QAPI_REQ("micro", &qapi_int)));
-static const struct qapi_type version_info = QAPI_OBJECT_TYPE(
-	"VersionInfo",
-	QAPI_MEMBERS(QAPI_REQ("qemu", &version_triple), QAPI_REQ("package", &qapi_str)));
+static const struct qapi_type version_info =
+	QAPI_OBJECT_TYPE("VersionInfo", QAPI_MEMBERS(QAPI_REQ("qemu", &version_triple),
+						     QAPI_REQ("package", &qapi_str)));
 
 static const struct qapi_type command_info =
 	QAPI_OBJECT_TYPE("CommandInfo", QAPI_MEMBERS(QAPI_REQ("name", &qapi_str)));
 static const struct qapi_type command_info_list = QAPI_LIST_TYPE(&command_info);
 
-static const struct qapi_type shutdown_cause = QAPI_ENUM_TYPE(
-	"ShutdownCause", "none", "host-error", "host-qmp-quit", "host-qmp-system-reset",
-	"host-signal", "host-ui", "guest-shutdown", "guest-reset", "guest-panic",
-	"subsystem-reset", "snapshot-load");
-static const struct qapi_type shutdown_data = QAPI_OBJECT_TYPE(
-	"q_obj_SHUTDOWN-arg",
-	QAPI_MEMBERS(QAPI_REQ("guest", &qapi_bool), QAPI_REQ("reason", &shutdown_cause)));
+static const struct qapi_type shutdown_cause =
+	QAPI_ENUM_TYPE("ShutdownCause", "none", "host-error", "host-qmp-quit",
+		       "host-qmp-system-reset", "host-signal", "host-ui", "guest-shutdown",
+		       "guest-reset", "guest-panic", "subsystem-reset", "snapshot-load");
+static const struct qapi_type shutdown_data =
+	QAPI_OBJECT_TYPE("q_obj_SHUTDOWN-arg", QAPI_MEMBERS(QAPI_REQ("guest", &qapi_bool),
+							    QAPI_REQ("reason", &shutdown_cause)));
 
 /* ---- handlers ----------------------------------------------------------- */
 
@@ -68,7 +68,7 @@ static void qmp_capabilities(struct qmp_req *req, json_t *args)
 		return;
 	}
 	/* The greeting offers none, so any capability asked for is unavailable. */
-	json_array_foreach(enable, i, cap) {
+	json_array_foreach (enable, i, cap) {
 		n = strlen(unavailable);
 		snprintf(unavailable + n, sizeof(unavailable) - n, "%s%s", n ? ", " : "",
 			 json_string_value(cap));
@@ -115,14 +115,16 @@ static void quit(struct qmp_req *req, json_t *args)
 /* ---- registration ------------------------------------------------------- */
 
 static const struct qmp_command builtin_cmds[] = {
-	{ .name = "qmp_capabilities", .args = &qmp_capabilities_args, .fn = qmp_capabilities,
-	  .flags = QMP_CMD_NEGOTIATION },
-	{ .name = "query-version", .ret = &version_info, .fn = query_version },
-	{ .name = "query-commands", .ret = &command_info_list, .fn = query_commands },
-	{ .name = "quit", .fn = quit },
+	{.name = "qmp_capabilities",
+	 .args = &qmp_capabilities_args,
+	 .fn = qmp_capabilities,
+	 .flags = QMP_CMD_NEGOTIATION},
+	{.name = "query-version", .ret = &version_info, .fn = query_version},
+	{.name = "query-commands", .ret = &command_info_list, .fn = query_commands},
+	{.name = "quit", .fn = quit},
 };
 
-static const struct qmp_event_info shutdown_event = { .name = "SHUTDOWN", .data = &shutdown_data };
+static const struct qmp_event_info shutdown_event = {.name = "SHUTDOWN", .data = &shutdown_data};
 
 int qmp_register_builtin(void)
 {

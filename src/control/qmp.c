@@ -21,7 +21,7 @@
 
 struct qmp_req {
 	struct qmp_conn *s; /* NULL once the connection is gone */
-	json_t *id;	       /* NULL: none */
+	json_t *id;         /* NULL: none */
 	json_t *args;
 };
 
@@ -237,7 +237,7 @@ static const char *check_request(struct qmp_conn *s, json_t *msg, json_t *id, js
 	char desc[256];
 	json_t *v;
 
-	json_object_foreach(msg, key, v) {
+	json_object_foreach (msg, key, v) {
 		if (!strcmp(key, "execute")) {
 			if (!json_is_string(v)) {
 				send_error(s, id, QMP_ERR_GENERIC,
@@ -293,8 +293,8 @@ static void dispatch(struct qmp_conn *s, json_t *msg)
 	if (!name || !(cmd = find_allowed(s, name, id)))
 		return;
 	args = args ? json_incref(args) : json_object();
-	if (args && qapi_validate(cmd->args ? cmd->args : &qapi_empty, args, false, err,
-				  sizeof(err)) < 0) {
+	if (args &&
+	    qapi_validate(cmd->args ? cmd->args : &qapi_empty, args, false, err, sizeof(err)) < 0) {
 		send_error(s, id, QMP_ERR_GENERIC, err);
 		json_decref(args);
 		return;
@@ -306,7 +306,7 @@ static void dispatch(struct qmp_conn *s, json_t *msg)
 		send_error(s, id, QMP_ERR_GENERIC, "out of memory");
 		return;
 	}
-	*req = (struct qmp_req){ .s = s, .id = json_incref(id), .args = args };
+	*req = (struct qmp_req){.s = s, .id = json_incref(id), .args = args};
 	s->pending = req;
 	s->in_dispatch = true;
 	cmd->fn(req, args);
@@ -354,8 +354,7 @@ size_t qmp_conn_input(struct qmp_conn *s, const uint8_t *data, size_t len)
 
 /* ---- connections ----------------------------------------------------------- */
 
-void qmp_conn_init(struct qmp_conn *s, const struct qmp_conn_ops *ops, void *opaque,
-		      bool pretty)
+void qmp_conn_init(struct qmp_conn *s, const struct qmp_conn_ops *ops, void *opaque, bool pretty)
 {
 	memset(s, 0, sizeof(*s));
 	s->ops = ops;
@@ -366,7 +365,7 @@ void qmp_conn_init(struct qmp_conn *s, const struct qmp_conn_ops *ops, void *opa
 	qmp.connections = s;
 	/* No capabilities: out-of-band execution is not offered. */
 	conn_send(s, json_pack("{s:{s:o,s:[]}}", "QMP", "version", qmp_version_info(),
-				  "capabilities"));
+			       "capabilities"));
 }
 
 void qmp_conn_destroy(struct qmp_conn *s)

@@ -88,8 +88,8 @@ struct qmp_conn_ops {
 
 struct qmp_conn {
 	const struct qmp_conn_ops *ops;
-	void *opaque;  /* the transport's */
-	bool pretty;   /* indented output (--monitor pretty=on) */
+	void *opaque; /* the transport's */
+	bool pretty;  /* indented output (--monitor pretty=on) */
 	/* Output not yet written: out[out_head .. out_len). The transport
 	 * consumes it with qmp_conn_wrote(). */
 	char *out;
@@ -105,8 +105,7 @@ struct qmp_conn {
 };
 
 /* Start a connection: queues the greeting. pretty: indented output. */
-void qmp_conn_init(struct qmp_conn *s, const struct qmp_conn_ops *ops, void *opaque,
-		      bool pretty);
+void qmp_conn_init(struct qmp_conn *s, const struct qmp_conn_ops *ops, void *opaque, bool pretty);
 /* End it; a pending request's reply will be dropped. */
 void qmp_conn_destroy(struct qmp_conn *s);
 /* Feed client bytes: runs every complete command in order and returns how

@@ -12,8 +12,8 @@
 
 int qapi_parse_bool(const char *s, bool *out)
 {
-	static const char *const on[] = { "on", "yes", "true", "y" };
-	static const char *const off[] = { "off", "no", "false", "n" };
+	static const char *const on[] = {"on", "yes", "true", "y"};
+	static const char *const off[] = {"off", "no", "false", "n"};
 	size_t i;
 
 	for (i = 0; i < 4; i++) {

@@ -16,24 +16,23 @@
 #include "control/keyval.h"
 #include "control/schema.h"
 
-const struct qapi_type qapi_str = { .name = "str", .kind = QAPI_STR };
-const struct qapi_type qapi_bool = { .name = "bool", .kind = QAPI_BOOL };
-const struct qapi_type qapi_int = { .name = "int", .kind = QAPI_INT, .bits = 64 };
-const struct qapi_type qapi_int8 = { .name = "int8", .kind = QAPI_INT, .bits = 8 };
-const struct qapi_type qapi_int16 = { .name = "int16", .kind = QAPI_INT, .bits = 16 };
-const struct qapi_type qapi_int32 = { .name = "int32", .kind = QAPI_INT, .bits = 32 };
-const struct qapi_type qapi_int64 = { .name = "int64", .kind = QAPI_INT, .bits = 64 };
-const struct qapi_type qapi_uint8 = { .name = "uint8", .kind = QAPI_UINT, .bits = 8 };
-const struct qapi_type qapi_uint16 = { .name = "uint16", .kind = QAPI_UINT, .bits = 16 };
-const struct qapi_type qapi_uint32 = { .name = "uint32", .kind = QAPI_UINT, .bits = 32 };
-const struct qapi_type qapi_uint64 = { .name = "uint64", .kind = QAPI_UINT, .bits = 64 };
-const struct qapi_type qapi_size = { .name = "size", .kind = QAPI_SIZE, .bits = 64 };
-const struct qapi_type qapi_number = { .name = "number", .kind = QAPI_NUMBER };
-const struct qapi_type qapi_any = { .name = "any", .kind = QAPI_ANY };
-const struct qapi_type qapi_null = { .name = "null", .kind = QAPI_NULL };
+const struct qapi_type qapi_str = {.name = "str", .kind = QAPI_STR};
+const struct qapi_type qapi_bool = {.name = "bool", .kind = QAPI_BOOL};
+const struct qapi_type qapi_int = {.name = "int", .kind = QAPI_INT, .bits = 64};
+const struct qapi_type qapi_int8 = {.name = "int8", .kind = QAPI_INT, .bits = 8};
+const struct qapi_type qapi_int16 = {.name = "int16", .kind = QAPI_INT, .bits = 16};
+const struct qapi_type qapi_int32 = {.name = "int32", .kind = QAPI_INT, .bits = 32};
+const struct qapi_type qapi_int64 = {.name = "int64", .kind = QAPI_INT, .bits = 64};
+const struct qapi_type qapi_uint8 = {.name = "uint8", .kind = QAPI_UINT, .bits = 8};
+const struct qapi_type qapi_uint16 = {.name = "uint16", .kind = QAPI_UINT, .bits = 16};
+const struct qapi_type qapi_uint32 = {.name = "uint32", .kind = QAPI_UINT, .bits = 32};
+const struct qapi_type qapi_uint64 = {.name = "uint64", .kind = QAPI_UINT, .bits = 64};
+const struct qapi_type qapi_size = {.name = "size", .kind = QAPI_SIZE, .bits = 64};
+const struct qapi_type qapi_number = {.name = "number", .kind = QAPI_NUMBER};
+const struct qapi_type qapi_any = {.name = "any", .kind = QAPI_ANY};
+const struct qapi_type qapi_null = {.name = "null", .kind = QAPI_NULL};
 const struct qapi_type qapi_empty = {
-	.name = "q_empty", .kind = QAPI_OBJECT, .members = (const struct qapi_member[]){ { 0 } }
-};
+	.name = "q_empty", .kind = QAPI_OBJECT, .members = (const struct qapi_member[]){{0}}};
 
 #define PATH_MAX_LEN 512
 
@@ -95,8 +94,8 @@ static int keyval_scalar(struct vctx *c, json_t *v, const char **s)
 static const char *int_type_name(const struct qapi_type *t)
 {
 	static const char *const names[2][4] = {
-		{ "int8_t", "int16_t", "int32_t", "int64_t" },
-		{ "uint8_t", "uint16_t", "uint32_t", "uint64_t" },
+		{"int8_t", "int16_t", "int32_t", "int64_t"},
+		{"uint8_t", "uint16_t", "uint32_t", "uint64_t"},
 	};
 	unsigned i = t->bits == 8 ? 0 : t->bits == 16 ? 1 : t->bits == 32 ? 2 : 3;
 
@@ -217,7 +216,7 @@ static int check_list(struct vctx *c, const struct qapi_type *t, json_t *v)
 
 	if (!json_is_array(v))
 		return type_error(c, "array");
-	json_array_foreach(v, i, e) {
+	json_array_foreach (v, i, e) {
 		repl = NULL;
 		n = path_push(c, NULL, i);
 		if (check_value(c, t->elem, e, NULL, &repl) < 0) {
@@ -240,8 +239,8 @@ static const struct qapi_type *alternate_pick(const struct qapi_type *t, const j
 	for (a = t->alts; *a; a++) {
 		k = (*a)->kind;
 		if ((json_is_string(v) && (k == QAPI_STR || k == QAPI_ENUM)) ||
-		    (json_is_object(v) && k == QAPI_OBJECT) || (json_is_boolean(v) && k == QAPI_BOOL) ||
-		    (json_is_null(v) && k == QAPI_NULL) ||
+		    (json_is_object(v) && k == QAPI_OBJECT) ||
+		    (json_is_boolean(v) && k == QAPI_BOOL) || (json_is_null(v) && k == QAPI_NULL) ||
 		    (json_is_integer(v) && (k == QAPI_INT || k == QAPI_UINT || k == QAPI_SIZE)) ||
 		    (json_is_number(v) && k == QAPI_NUMBER))
 			return *a;
@@ -359,7 +358,7 @@ static int check_object(struct vctx *c, const struct qapi_type *t, json_t *obj)
 		if (branch && check_members(c, branch->members, obj) < 0)
 			return -EINVAL;
 	}
-	json_object_foreach(obj, key, v) {
+	json_object_foreach (obj, key, v) {
 		if (declared(t->members, key) || (branch && declared(branch->members, key)))
 			continue;
 		n = path_push(c, key, 0);
@@ -372,7 +371,7 @@ static int check_object(struct vctx *c, const struct qapi_type *t, json_t *obj)
 
 int qapi_validate(const struct qapi_type *t, json_t *obj, bool keyval, char *err, size_t errlen)
 {
-	struct vctx c = { .keyval = keyval, .err = err, .errlen = errlen };
+	struct vctx c = {.keyval = keyval, .err = err, .errlen = errlen};
 
 	if (!json_is_object(obj))
 		return verr(&c, "Invalid parameter type for '<anonymous>', expected: object");

@@ -50,12 +50,12 @@ struct qapi_variant {
 struct qapi_type {
 	const char *name; /* QAPI's name: introspection, and alternates' errors */
 	enum qapi_kind kind;
-	unsigned bits;			     /* QAPI_INT, QAPI_UINT */
-	const char *const *values;	     /* QAPI_ENUM: NULL-terminated */
+	unsigned bits;                       /* QAPI_INT, QAPI_UINT */
+	const char *const *values;           /* QAPI_ENUM: NULL-terminated */
 	const struct qapi_member *members;   /* QAPI_OBJECT: the (base) members */
-	const char *tag;		     /* QAPI_OBJECT union: the enum member that picks */
+	const char *tag;                     /* QAPI_OBJECT union: the enum member that picks */
 	const struct qapi_variant *variants; /* ... the branch */
-	const struct qapi_type *elem;	     /* QAPI_LIST */
+	const struct qapi_type *elem;        /* QAPI_LIST */
 	const struct qapi_type *const *alts; /* QAPI_ALTERNATE: NULL-terminated */
 };
 
@@ -70,20 +70,52 @@ extern const struct qapi_type qapi_str, qapi_bool, qapi_int, qapi_int8, qapi_int
  *                    QAPI_OPT_DEFAULT("flat", &qapi_bool, "false")));
  *   static const struct qapi_type my_enum = QAPI_ENUM_TYPE("MyEnum", "a", "b");
  *   static const struct qapi_type my_list = QAPI_LIST_TYPE(&my_enum); */
-#define QAPI_REQ(n, t) { .name = (n), .type = (t) }
-#define QAPI_OPT(n, t) { .name = (n), .type = (t), .optional = true }
-#define QAPI_OPT_DEFAULT(n, t, d) { .name = (n), .type = (t), .optional = true, .dflt = (d) }
-#define QAPI_MEMBERS(...) ((const struct qapi_member[]){ __VA_ARGS__, { 0 } })
-#define QAPI_OBJECT_TYPE(n, m) { .name = (n), .kind = QAPI_OBJECT, .members = (m) }
-#define QAPI_UNION_TYPE(n, m, t, ...)                                                       \
-	{ .name = (n), .kind = QAPI_OBJECT, .members = (m), .tag = (t),                      \
-	  .variants = (const struct qapi_variant[]){ __VA_ARGS__, { 0 } } }
-#define QAPI_ENUM_TYPE(n, ...)                                                              \
-	{ .name = (n), .kind = QAPI_ENUM, .values = (const char *const[]){ __VA_ARGS__, NULL } }
-#define QAPI_LIST_TYPE(t) { .name = NULL, .kind = QAPI_LIST, .elem = (t) }
-#define QAPI_ALTERNATE_TYPE(n, ...)                                                         \
-	{ .name = (n), .kind = QAPI_ALTERNATE,                                               \
-	  .alts = (const struct qapi_type *const[]){ __VA_ARGS__, NULL } }
+#define QAPI_REQ(n, t)                                                                             \
+	{                                                                                          \
+		.name = (n), .type = (t)                                                           \
+	}
+#define QAPI_OPT(n, t)                                                                             \
+	{                                                                                          \
+		.name = (n), .type = (t), .optional = true                                         \
+	}
+#define QAPI_OPT_DEFAULT(n, t, d)                                                                  \
+	{                                                                                          \
+		.name = (n), .type = (t), .optional = true, .dflt = (d)                            \
+	}
+#define QAPI_MEMBERS(...) ((const struct qapi_member[]){__VA_ARGS__, {0}})
+#define QAPI_OBJECT_TYPE(n, m)                                                                     \
+	{                                                                                          \
+		.name = (n), .kind = QAPI_OBJECT, .members = (m)                                   \
+	}
+#define QAPI_UNION_TYPE(n, m, t, ...)                                                              \
+	{                                                                                          \
+		.name = (n), .kind = QAPI_OBJECT, .members = (m), .tag = (t),                      \
+		.variants = (const struct qapi_variant[])                                          \
+		{                                                                                  \
+			__VA_ARGS__,                                                               \
+			{                                                                          \
+				0                                                                  \
+			}                                                                          \
+		}                                                                                  \
+	}
+#define QAPI_ENUM_TYPE(n, ...)                                                                     \
+	{                                                                                          \
+		.name = (n), .kind = QAPI_ENUM, .values = (const char *const[])                    \
+		{                                                                                  \
+			__VA_ARGS__, NULL                                                          \
+		}                                                                                  \
+	}
+#define QAPI_LIST_TYPE(t)                                                                          \
+	{                                                                                          \
+		.name = NULL, .kind = QAPI_LIST, .elem = (t)                                       \
+	}
+#define QAPI_ALTERNATE_TYPE(n, ...)                                                                \
+	{                                                                                          \
+		.name = (n), .kind = QAPI_ALTERNATE, .alts = (const struct qapi_type *const[])     \
+		{                                                                                  \
+			__VA_ARGS__, NULL                                                          \
+		}                                                                                  \
+	}
 
 /* Check obj (an object) against the object type t and normalise it. keyval:
  * obj came from keyval_parse() (string leaves, QEMU's keyval visitor rules
