@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "block/qcow2/qcow2-int.h"
 #include "util/compiler.h"
@@ -23,6 +24,63 @@
 #include "util/path.h"
 
 static __thread unsigned qc_chain_depth;
+
+/* The files the chains being opened on this thread use so far: each
+ * image's own file, pushed while its children open, and its external data
+ * file, pushed while its backing chain opens. A backing or data file that is
+ * one of them would make the chain a loop, or put guest data over an image's
+ * metadata: refused whatever the locking setting. */
+static __thread struct qc_file_id qc_used[2 * (QC_MAX_CHAIN + 1)];
+static __thread unsigned qc_nused;
+
+bool qc_file_id(const char *path, struct qc_file_id *id)
+{
+	struct stat st;
+
+	if (!path || stat(path, &st) != 0)
+		return false;
+	*id = (struct qc_file_id){.dev = st.st_dev, .ino = st.st_ino, .valid = true};
+	return true;
+}
+
+static bool qc_used_has(const struct qc_file_id *id)
+{
+	for (unsigned i = 0; i < qc_nused; i++)
+		if (qc_used[i].ino == id->ino && qc_used[i].dev == id->dev)
+			return true;
+	return false;
+}
+
+static void qc_used_push(const struct qc_file_id *id)
+{
+	if (id->valid && qc_nused < ARRAY_SIZE(qc_used))
+		qc_used[qc_nused++] = *id;
+}
+
+/* Open path unless the chain uses it already (-ELOOP); the image's own
+ * file (and its data file, for the backing chain) count as used meanwhile. */
+static int qc_open_unused(struct qc_state *s, struct kv_opts *o, const char *path, bool backing,
+			  struct blk_node **out, char *err, size_t errlen)
+{
+	struct qc_file_id self = {0}, child;
+	unsigned mark = qc_nused;
+	int ret;
+
+	qc_file_id(s->image_path, &self);
+	qc_used_push(&self);
+	if (backing)
+		qc_used_push(&s->data_id);
+	if (qc_file_id(path, &child) && qc_used_has(&child)) {
+		snprintf(err, errlen, "it is the image itself or one of its backing files");
+		ret = -ELOOP;
+	} else {
+		qc_chain_depth++;
+		ret = blk_open(o, out, err, errlen);
+		qc_chain_depth--;
+	}
+	qc_nused = mark;
+	return ret;
+}
 
 /* Options of the image that its backing and data files take too. */
 static const char *const qc_inherited[] = {"cache",   "aio",         "aio-max-batch",
@@ -53,11 +111,8 @@ static int qc_open_child(struct qc_state *s, struct kv_opts *opts, const char *p
 		if (v)
 			ret = kv_set(&o, qc_inherited[i], v);
 	}
-	if (!ret) {
-		qc_chain_depth++;
-		ret = blk_open(&o, out, err, errlen);
-		qc_chain_depth--;
-	}
+	if (!ret)
+		ret = qc_open_unused(s, &o, full, relative, out, err, errlen);
 	kv_free(&o);
 	free(full);
 	return ret;
@@ -106,6 +161,17 @@ int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t 
 		return -ELOOP;
 	}
 	ret = qc_open_child(s, opts, name, fmt, false, &s->backing, sub, sizeof(sub), true);
+	if (ret == -ELOOP && qc_chain_depth == 0) {
+		struct qc_file_id b;
+		char *full = path_relative(s->image_path, name);
+		bool data = full && qc_file_id(full, &b) && s->data_id.valid &&
+			    b.dev == s->data_id.dev && b.ino == s->data_id.ino;
+
+		free(full);
+		snprintf(err, errlen, "qcow2: backing file '%s' %s", name,
+			 data ? "is the image's data file too" : "creates an infinite loop");
+		return ret;
+	}
 	if (ret) {
 		snprintf(err, errlen, "qcow2: cannot open backing file '%s': %s", name, sub);
 		return ret;
@@ -156,6 +222,7 @@ int qc_data_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t err
 	if (ret)
 		return ret;
 	s->data_external = true;
+	qc_file_id(name, &s->data_id);
 	s->data_size = s->data->size;
 	s->data_fresh_from = qc_align_up(s->data->size, s->cluster_size);
 	return 0;

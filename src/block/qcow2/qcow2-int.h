@@ -144,6 +144,14 @@ struct qc_waitq {
 	struct qc_waiter *head, *tail;
 };
 
+/* Which file a path names (backing.c: loops in a chain). */
+struct qc_file_id {
+	dev_t dev;
+	ino_t ino;
+	bool valid;
+};
+bool qc_file_id(const char *path, struct qc_file_id *id);
+
 struct qc_comutex {
 	bool locked;
 	struct qc_waitq q;
@@ -233,6 +241,7 @@ struct qc_state {
 	char *image_path; /* filename option of the protocol node (may be NULL) */
 	char *backing_name, *backing_fmt, *data_name;
 	bool data_external, data_raw;
+	struct qc_file_id data_id; /* the external data file (main thread, open) */
 
 	struct qc_header h;
 	uint8_t *hdr_cluster; /* the first cluster as read (for info/extensions) */
