@@ -39,6 +39,18 @@ void blk_exec_done(struct blk_request *req, int ret);
 /* Make c an internal child of p (fields other than op/flags/range/iov/cb). */
 void blk_child_init(struct blk_request *c, struct blk_request *p);
 
+/* open.c: the driver's close(), then free bs (its children lose a parent). */
+void blk_node_destroy(struct blk_node *bs);
+
+/* graph.c: a new node joins the registry with a generated node-name and
+ * one reference (its opener's); a freed one leaves it. */
+int blk_graph_register(struct blk_node *bs);
+void blk_graph_unregister(struct blk_node *bs);
+
+/* drain.c: blk_submit() found the node drained: hold the request until
+ * the drain ends (0), or submit it if the drain ended meanwhile. */
+int blk_drain_hold(struct blk_node *bs, struct blk_request *req);
+
 /* perm.c: recompute and apply the permissions of the stack below root bs
  * from its users' (after a child was added or opened). Same results as
  * blk_set_perm. */

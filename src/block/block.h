@@ -18,6 +18,7 @@
 #ifndef IOPLANE_BLOCK_H
 #define IOPLANE_BLOCK_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -155,11 +156,15 @@ struct blk_node {
 	/* The `file` child (NULL: none), cached so that forwarding a request
 	 * costs one load. */
 	struct blk_node *next;
+	/* Drains holding this node (graph.c, drain.c): written by the main
+	 * thread, read by every submitting thread (relaxed; a message to each
+	 * thread orders it, see drain.c). Non-zero: blk_submit() queues. */
+	atomic_uint quiesce;
 	/* Every child, `file` first. Changed on the main thread only, at open
 	 * (blk_add_child) and while no request is in flight. */
 	struct blk_child children[BLK_MAX_CHILDREN];
 	unsigned nchildren;
-	char *name;
+	char *name;    /* node-name (graph.h), unique */
 	void *opaque;  /* driver state */
 	uint64_t size; /* bytes */
 	/* The core only hands the driver requests whose offset, length and
@@ -192,6 +197,19 @@ struct blk_node {
 	 * struct blk_track (block-int.h), used by align.c, with its own mutex. Set at
 	 * open, freed at close. */
 	void *track;
+
+	/* The graph (graph.c), main thread only: every node is on the
+	 * registry's list; refcnt counts the owner (opener or monitor), each
+	 * parent (nparents) and each other user (users, struct blk_users). */
+	struct blk_node *graph_prev, *graph_next;
+	unsigned refcnt, nparents;
+	bool monitor_owned;
+	void *users;            /* struct blk_users (graph.c) */
+	void *resize_notifiers; /* struct blk_resize_notifier list (graph.c) */
+	/* The loop of each thread that ever submitted to this node (so that a
+	 * drain knows whom to ask): set by that thread, read by the main
+	 * thread (seq_cst, paired with quiesce), cleared by blk_detach_loop. */
+	_Atomic(struct loop *) loops[LOOP_MAX_THREADS];
 };
 
 /* Register the built-in drivers (start-up, main thread): null, raw, file,
@@ -252,6 +270,10 @@ int blk_flush_tree_sync(struct blk_node *bs);
  * The submitter owns the request until its callback; offset, len (except the
  * block-status clamp), iov and flags are as submitted when it runs. */
 int blk_submit(struct blk_node *bs, struct blk_request *req);
+/* The same for a request a driver sends to a child while it works for a
+ * request already in flight: never held back by a drain (it would wait for
+ * itself). */
+int blk_submit_child(struct blk_node *bs, struct blk_request *req);
 
 static inline uint64_t blk_size(const struct blk_node *bs)
 {

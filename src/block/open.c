@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "block/block-int.h"
+#include "block/graph.h"
 #include "util/opts.h"
 
 /* Options applied by the core to every node of the stack. */
@@ -64,11 +65,17 @@ static void blk_node_free(struct blk_node *bs)
 {
 	unsigned i;
 
-	/* Children a driver registered before its open() failed. */
-	for (i = bs->nchildren; i-- > 0;)
-		blk_close(bs->children[i].node);
+	/* Each child loses this parent (and closes if it was the last user);
+	 * also the children a driver registered before its open() failed. */
+	for (i = bs->nchildren; i-- > 0;) {
+		struct blk_node *c = bs->children[i].node;
+
+		c->nparents--;
+		blk_unref(c, NULL);
+	}
 	blk_stats_free(bs);
 	blk_track_free(bs);
+	blk_graph_unregister(bs);
 	free(bs->name);
 	free(bs);
 }
@@ -78,7 +85,7 @@ static struct blk_node *node_new(const struct blk_driver *drv, struct blk_node *
 {
 	struct blk_node *bs = calloc(1, sizeof(*bs));
 
-	if (!bs || !(bs->name = strdup(drv->name))) {
+	if (!bs || blk_graph_register(bs)) {
 		free(bs);
 		return NULL;
 	}
@@ -260,10 +267,14 @@ int blk_open_target(const char *target, const char *fmt, const char *extra, stru
 	return ret;
 }
 
+/* The opener's reference: the node closes when it was the last. */
 void blk_close(struct blk_node *bs)
 {
-	if (!bs)
-		return;
+	blk_unref(bs, NULL);
+}
+
+void blk_node_destroy(struct blk_node *bs)
+{
 	if (bs->drv->close)
 		bs->drv->close(bs);
 	blk_node_free(bs); /* and the children */
@@ -284,6 +295,7 @@ int blk_add_child(struct blk_node *bs, const char *role, struct blk_node *child)
 	}
 	bs->children[i] = (struct blk_child){.role = role, .node = child};
 	bs->nchildren++;
+	child->nparents++; /* the caller's reference is the parent's now */
 	return 0;
 }
 
@@ -310,6 +322,7 @@ struct blk_node *blk_take_child(struct blk_node *bs, const char *role)
 	memmove(&bs->children[i], &bs->children[i + 1],
 		(bs->nchildren - i - 1) * sizeof(bs->children[0]));
 	bs->nchildren--;
+	child->nparents--; /* and the parent's reference the caller's */
 	if (bs->next == child)
 		bs->next = NULL;
 	return child;
@@ -327,6 +340,10 @@ int blk_walk(struct blk_node *bs, int (*fn)(struct blk_node *bs, void *opaque), 
 
 static int detach_one(struct blk_node *bs, void *loop)
 {
+	struct loop *l = loop;
+
+	/* A drain no longer asks this loop about the node. */
+	atomic_compare_exchange_strong(&bs->loops[loop_index(l)], &l, NULL);
 	if (bs->drv->detach_loop)
 		bs->drv->detach_loop(bs, loop);
 	return 0;

@@ -2,7 +2,7 @@
  * log2 latency histogram per operation type (counting is inline in
  * block-int.h, a few instructions per request).
  *
- * Threading: bs->stats[i] is allocated and written only by the thread of the
+ * Threading: bs->stats[i] (and bs->loops[i]) is allocated and written only by the thread of the
  * loop with index i. blk_get_stats() may run on any thread: it reads the
  * counters without locks, so its sums are approximate while requests run. */
 #include <stdlib.h>
@@ -16,6 +16,10 @@ struct blk_stats *blk_stats_slot(struct blk_node *bs, struct loop *loop)
 
 	if (!bs->stats[idx])
 		bs->stats[idx] = calloc(1, sizeof(struct blk_stats));
+	/* seq_cst, before the caller looks at bs->quiesce: a drain that
+	 * began meanwhile either sees this loop or is seen (drain.c). */
+	if (bs->stats[idx] && atomic_load(&bs->loops[idx]) != loop)
+		atomic_store(&bs->loops[idx], loop);
 	return bs->stats[idx];
 }
 

@@ -4,6 +4,7 @@
  * A test format driver "fan" opens two children of its own like qcow2 does.
  * Threading: one loop on the test thread. */
 #include "blk-test-ram.h"
+#include "block/graph.h"
 
 /* Counted by the "cnt" protocol driver. */
 static unsigned n_close, n_detach, n_flush;
@@ -105,8 +106,10 @@ static int setup(void **state)
 		blk_register_builtin_drivers();
 		assert_int_equal(blk_register_driver(&cnt_driver), 0);
 		assert_int_equal(blk_register_driver(&fan_driver), 0);
+		assert_int_equal(ram_register(), 0);
 		registered = true;
 	}
+	ram_reset_config();
 	n_close = n_detach = n_flush = 0;
 	cnt_multi = true;
 	*state = test_loop_new();
@@ -209,6 +212,113 @@ static void test_take_child(void **state)
 	assert_int_equal(n_close, 3);
 }
 
+/* Every node has a generated node-name "#block" + digits, unique, found in
+ * the registry; a given name replaces it; the registry forgets freed nodes. */
+static void test_names(void **state)
+{
+	struct blk_node *bs = test_open("driver=cnt,format=fan"), *file = bs->next;
+	char err[128], name[64];
+
+	(void)state;
+	assert_int_equal(strncmp(blk_node_name(bs), "#block", 6), 0);
+	assert_true(strlen(blk_node_name(bs)) > 6);
+	assert_string_not_equal(blk_node_name(bs), blk_node_name(file));
+	assert_ptr_equal(blk_graph_find(blk_node_name(file)), file);
+	assert_int_equal(blk_node_set_name(bs, "top0", err, sizeof(err)), 0);
+	assert_ptr_equal(blk_graph_find("top0"), bs);
+	assert_int_equal(blk_node_set_name(file, "top0", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "Duplicate nodes with node-name='top0'");
+	assert_int_equal(blk_node_name_check("0bad", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "Invalid node-name: '0bad'");
+	assert_int_equal(blk_node_name_check("#block1", err, sizeof(err)), -EINVAL);
+	assert_int_equal(blk_node_name_check("a234567890123456789012345678901x", err, sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "Node name too long");
+	assert_int_equal(blk_node_name_check("a.b-c_9", err, sizeof(err)), 0);
+	snprintf(name, sizeof(name), "%s", blk_node_name(file));
+	blk_close(bs);
+	assert_null(blk_graph_find("top0"));
+	assert_null(blk_graph_find(name));
+	assert_null(blk_graph_next(NULL));
+}
+
+/* Users keep a node open past its opener's close; the last one closes it.
+ * A child in use by its parent, and by an export, says so. */
+static void test_refs(void **state)
+{
+	struct blk_node *bs = test_open("driver=cnt,format=fan"), *file = bs->next, *p[2];
+	char why[128];
+
+	(void)state;
+	assert_false(blk_in_use(bs, why, sizeof(why)));
+	assert_true(blk_in_use(file, why, sizeof(why)));
+	blk_node_set_name(bs, "top0", why, sizeof(why));
+	assert_true(blk_in_use(file, why, sizeof(why)));
+	assert_string_equal(why, "used as 'file' of node 'top0'");
+	assert_int_equal(blk_parents(file, p, 2), 1);
+	assert_ptr_equal(p[0], bs);
+	blk_ref(bs, "block export 'e0'");
+	blk_ref(bs, "block export 'e0'");
+	assert_int_equal(blk_user_count(bs), 2);
+	assert_true(blk_in_use(bs, why, sizeof(why)));
+	assert_string_equal(why, "used by block export 'e0'");
+	blk_close(bs); /* the opener's reference */
+	assert_int_equal(n_close, 0);
+	blk_unref(bs, "block export 'e0'");
+	assert_true(blk_in_use(bs, NULL, 0));
+	blk_unref(bs, "block export 'e0'");
+	assert_int_equal(n_close, 3);
+	assert_null(blk_graph_next(NULL));
+}
+
+/* A child shared by reference: two parents; it closes with the last. */
+static void test_shared_child(void **state)
+{
+	struct blk_node *a = test_open("driver=cnt,format=fan"), *file = a->next;
+	struct blk_node *b = test_open("driver=cnt");
+
+	(void)state;
+	blk_ref(file, NULL); /* the reference b's new child link takes over */
+	assert_int_equal(blk_add_child(b, BLK_ROLE_FILE, file), 0);
+	assert_int_equal(blk_parent_count(file), 2);
+	blk_close(a);
+	assert_int_equal(n_close, 2); /* a's backing and data file */
+	assert_int_equal(blk_parent_count(file), 1);
+	blk_close(b);
+	assert_int_equal(n_close, 4);
+}
+
+static unsigned n_resized;
+
+static void on_resize(struct blk_node *bs, void *opaque)
+{
+	assert_ptr_equal(opaque, &n_resized);
+	assert_int_equal(blk_size(bs), 2 << 20);
+	n_resized++;
+}
+
+/* A resize of a node that cannot, then one that can: the notifier runs
+ * only after the second, and not once removed. */
+static void test_resize_notifier(void **state)
+{
+	struct blk_node *cnt = test_open("driver=cnt"), *ram = test_open("driver=ram,ram-size=1M");
+	char err[128];
+
+	(void)state;
+	assert_int_equal(blk_resize_notifier_add(cnt, on_resize, &n_resized), 0);
+	assert_int_equal(blk_resize(cnt, 2 << 20, err, sizeof(err)), -ENOTSUP);
+	assert_string_equal(err, "Image format driver does not support resize");
+	assert_int_equal(blk_resize_notifier_add(ram, on_resize, &n_resized), 0);
+	n_resized = 0;
+	assert_int_equal(blk_resize(ram, 2 << 20, err, sizeof(err)), 0);
+	assert_int_equal(n_resized, 1);
+	blk_resize_notifier_del(ram, on_resize, &n_resized);
+	assert_int_equal(blk_resize(ram, 2 << 20, err, sizeof(err)), 0);
+	assert_int_equal(n_resized, 1);
+	blk_close(cnt);
+	blk_close(ram);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -218,6 +328,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_multi_conn, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_open_failure_closes_children, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_take_child, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_names, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_refs, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_shared_child, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_resize_notifier, setup, ram_test_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

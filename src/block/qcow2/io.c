@@ -115,7 +115,7 @@ void qc_batch_add(struct qc_batch *b, struct qc_child *c, struct blk_node *node,
 	c->req.iov = iov;
 	c->req.iovcnt = iovcnt;
 	c->req.cb = qc_child_done;
-	ret = blk_submit(node, &c->req);
+	ret = blk_submit_child(node, &c->req);
 	if (ret < 0) {
 		if (b->ret == 0)
 			b->ret = ret;

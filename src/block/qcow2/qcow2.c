@@ -225,7 +225,7 @@ static int qc_fwd_submit(struct qc_state *s, struct qc_thread *t, struct qc_fwd 
 	f->child.iov = req->iov;
 	f->child.iovcnt = req->iovcnt;
 	f->child.cb = qc_fwd_done;
-	ret = blk_submit(s->data, &f->child);
+	ret = blk_submit_child(s->data, &f->child);
 	if (ret) {
 		if (!read)
 			qc_wr_end(s, f->epoch);

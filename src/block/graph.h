@@ -1,0 +1,87 @@
+/* The node graph as the control plane sees it: every node has a unique
+ * node-name and is found by it in one registry; nodes are reference-counted
+ * by their users (parents, exports, jobs, the monitor); a subtree can be
+ * drained; resizes are announced to those who asked.
+ *
+ * Threading: main thread only, except what blk_drain_begin() says about
+ * iothreads. */
+#ifndef IOPLANE_BLOCK_GRAPH_H
+#define IOPLANE_BLOCK_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "block/block.h"
+
+/* QEMU's limit: a node-name is at most 31 bytes. */
+#define BLK_NODE_NAME_MAX 31
+
+/* ---- registry and node-names -------------------------------------------- */
+
+/* The node with that node-name (given or generated), or NULL. */
+struct blk_node *blk_graph_find(const char *node_name);
+const char *blk_node_name(const struct blk_node *bs);
+/* Give bs the node-name `name` (NULL: keep the generated one). -EINVAL and
+ * QEMU's message for a name that is not well formed ("Invalid node-name:
+ * 'x'"), too long ("Node name too long") or taken ("Duplicate nodes with
+ * node-name='x'"). */
+int blk_node_set_name(struct blk_node *bs, const char *name, char *err, size_t errlen);
+/* Whether name could be given to a new node (same checks and messages). */
+int blk_node_name_check(const char *name, char *err, size_t errlen);
+/* Iterate over every node, in creation order: first with NULL. */
+struct blk_node *blk_graph_next(struct blk_node *prev);
+
+/* Monitor-owned nodes (blockdev-add): the registry holds the reference
+ * that the opener had. blk_graph_release() hands it back (blockdev-del then
+ * drops it with blk_unref). */
+void blk_graph_own(struct blk_node *bs);
+bool blk_graph_owned(const struct blk_node *bs);
+void blk_graph_release(struct blk_node *bs);
+
+/* ---- references ---------------------------------------------------------- */
+
+/* A user takes a reference: parents (blk_add_child takes the opener's),
+ * exports, jobs. `user` describes it in busy errors ("block export 'e0'")
+ * and is copied; blk_unref() drops the reference of the user with the
+ * same description (NULL: the opener's). The last reference closes the
+ * node (blk_close() is blk_unref(bs, NULL)). */
+void blk_ref(struct blk_node *bs, const char *user);
+void blk_unref(struct blk_node *bs, const char *user);
+/* Is bs used by anyone but its owner (the opener or the monitor)? If so,
+ * and why != NULL, say by whom: "used by block export 'e0'", "used as
+ * 'file' of node 'n1'". */
+bool blk_in_use(const struct blk_node *bs, char *why, size_t whylen);
+/* Users other than parents (exports, jobs), and parents. */
+unsigned blk_user_count(const struct blk_node *bs);
+unsigned blk_parent_count(const struct blk_node *bs);
+/* The parents of bs, found through the registry: up to max, returns the
+ * count (which may exceed max). */
+unsigned blk_parents(const struct blk_node *bs, struct blk_node **out, unsigned max);
+
+/* ---- drain ----------------------------------------------------------------- */
+
+/* Quiesce bs, every node below it and every node above it: requests
+ * submitted to those nodes from now on wait (blk_submit() returns 0; they
+ * run after blk_drain_end()), and this returns once the requests in flight
+ * on them, on every thread, have finished. Iothreads go on serving every
+ * other node. Main thread; nests (each begin needs its end). 0 or -ENOMEM. */
+int blk_drain_begin(struct blk_node *bs);
+/* The waiting requests go on, on their own threads. */
+void blk_drain_end(struct blk_node *bs);
+/* Is bs drained (by any drain)? */
+bool blk_drained(const struct blk_node *bs);
+
+/* ---- resize ---------------------------------------------------------------- */
+
+/* cb runs on the main thread after every successful blk_resize() of bs.
+ * -ENOMEM. _del removes the first entry with the same cb and opaque. */
+int blk_resize_notifier_add(struct blk_node *bs, void (*cb)(struct blk_node *bs, void *opaque),
+			    void *opaque);
+void blk_resize_notifier_del(struct blk_node *bs, void (*cb)(struct blk_node *bs, void *opaque),
+			     void *opaque);
+/* Grow (or shrink) bs to size bytes, drained, then run the notifiers.
+ * -EROFS, -ENOTSUP (a driver that cannot), -errno; a message in err. */
+int blk_resize(struct blk_node *bs, uint64_t size, char *err, size_t errlen);
+
+#endif
