@@ -48,6 +48,7 @@ void blk_register_builtin_drivers(void)
 		&blk_drv_raw,
 		&blk_drv_file,
 		&blk_drv_qcow2,
+		&blk_drv_throttle,
 	};
 	static bool done;
 	size_t i;

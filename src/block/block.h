@@ -213,7 +213,7 @@ struct blk_node {
 };
 
 /* Register the built-in drivers (start-up, main thread): null, raw, file,
- * qcow2, once however often this is called; blk_open() calls it. */
+ * qcow2, throttle, once however often this is called; blk_open() calls it. */
 void blk_register_builtin_drivers(void);
 
 /* Open a node stack from options:
