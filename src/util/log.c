@@ -1,5 +1,9 @@
 /* Logging to stderr: "ioplane: <level>: <message>\n", optionally preceded by a
- * CLOCK_MONOTONIC timestamp ($IOPLANE_LOG_TIME=1). The level comes from
+ * CLOCK_MONOTONIC timestamp ($IOPLANE_LOG_TIME=1). When stderr is the
+ * systemd journal ($JOURNAL_STREAM names its device and inode, as systemd
+ * sets it for a service's stderr), each line starts with its syslog priority
+ * ("<3>" error, "<4>" warning, "<6>" info, "<7>" debug; sd-daemon(3)) and
+ * no timestamp, which the journal keeps itself. The level comes from
  * $IOPLANE_LOG (err|warn|info|debug) at first use unless log_set_level() ran
  * first. Threading: any thread; the level is an atomic, and each line is
  * formatted on the stack and written with one write(2) so that lines from
@@ -11,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +28,7 @@
  * level is a hint, and a racing first use decides the same value twice. */
 static int log_level = -1;
 static int log_with_time = -1;
+static int log_to_journal = -1;
 
 static const char *const log_names[] = {
 	[LOG_ERR] = "error",
@@ -92,12 +98,35 @@ static bool log_timestamps(void)
 	return t;
 }
 
+/* Is stderr the stream $JOURNAL_STREAM ("DEV:INO") names? */
+static bool log_journal(void)
+{
+	int j = __atomic_load_n(&log_to_journal, __ATOMIC_RELAXED);
+	const char *s;
+	unsigned long long dev, ino;
+	struct stat st;
+	char tail;
+
+	if (j < 0) {
+		s = getenv("JOURNAL_STREAM");
+		j = s && sscanf(s, "%llu:%llu%c", &dev, &ino, &tail) == 2 &&
+		    fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+		    (unsigned long long)st.st_ino == ino;
+		__atomic_store_n(&log_to_journal, j, __ATOMIC_RELAXED);
+	}
+	return j;
+}
+
 static size_t log_prefix(char *buf, size_t cap, enum log_level l)
 {
+	static const char priority[] = {
+		[LOG_ERR] = '3', [LOG_WARN] = '4', [LOG_INFO] = '6', [LOG_DEBUG] = '7'};
 	struct timespec ts;
 	int n;
 
-	if (log_timestamps()) {
+	if (log_journal()) {
+		n = snprintf(buf, cap, "<%c>ioplane: %s: ", priority[l], log_names[l]);
+	} else if (log_timestamps()) {
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		n = snprintf(buf, cap, "[%5lld.%06ld] ioplane: %s: ", (long long)ts.tv_sec,
 			     ts.tv_nsec / 1000, log_names[l]);
