@@ -8,7 +8,6 @@
  *
  * Threading: main thread only. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +32,6 @@ struct info_layer {
 	struct qcow2_info q;
 	char *full_backing;   /* backing file path resolved against filename */
 };
-
-enum { OPT_OUTPUT = 256, OPT_BACKING_CHAIN, OPT_IMAGE_OPTS };
 
 /* ---- gathering ---- */
 
@@ -263,59 +260,45 @@ static void info_json(int ind, const struct info_layer *l)
 /* ---- info ---- */
 
 struct info_args {
-	const char *fmt, *file;
-	enum img_output out;
-	bool chain, force_share;
+	struct img_args c;
+	const char *file;
+	bool chain;
 };
 
 static void info_usage(FILE *f)
 {
-	fprintf(f, "Usage: ioplane img info [-f FMT] [--output=human|json] [--backing-chain] "
-		   "[-U] FILE\n");
+	fprintf(f, "Usage: ioplane img info [-f FMT | --image-opts] [--output=human|json]\n"
+		   "         [--backing-chain] [-U] FILE\n");
 }
 
-static const struct option info_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "format", required_argument, NULL, 'f' },
-	{ "output", required_argument, NULL, OPT_OUTPUT },
-	{ "backing-chain", no_argument, NULL, OPT_BACKING_CHAIN },
-	{ "force-share", no_argument, NULL, 'U' },
-	{ NULL, 0, NULL, 0 },
-};
+enum { OPT_BACKING_CHAIN = IMG_OPT_LOCAL };
 
-static int info_parse(int argc, char **argv, struct info_args *a)
+static int info_opt(void *ctx, int key, const char *arg)
 {
-	int c;
+	struct info_args *a = ctx;
 
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hf:U", info_long, NULL)) != -1) {
-		switch (c) {
-		case 'h': info_usage(stdout); return 1;
-		case 'f': a->fmt = optarg; break;
-		case 'U': a->force_share = true; break;
-		case OPT_BACKING_CHAIN: a->chain = true; break;
-		case OPT_OUTPUT:
-			if (img_parse_output(optarg, &a->out))
-				return -EINVAL;
-			break;
-		default:
-			img_bad_opt("info", c, argv);
-			return -EINVAL;
-		}
-	}
-	if (argc - optind != 1) {
-		img_err("Expecting one image file name (try '%s info --help')", IMG_PROG);
-		return -EINVAL;
-	}
-	a->file = argv[optind];
+	(void)arg;
+	if (key == OPT_BACKING_CHAIN)
+		a->chain = true;
 	return 0;
 }
+
+static const struct img_opt info_opts[] = {
+	{ OPT_BACKING_CHAIN, "backing-chain", false },
+	{ 0 },
+};
+
+static const struct img_cmd info_cmd = {
+	.name = "info", .common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = info_opts, .opt = info_opt, .usage = info_usage,
+	.min_files = 1, .max_files = 1, .files_err = "Expecting one image file name",
+};
 
 /* Print one layer; the chain's layers are separated like qemu-img's. */
 static void info_print(const struct info_args *a, const struct info_layer *l, unsigned i,
 		       bool last)
 {
-	if (a->out == IMG_OUT_HUMAN) {
+	if (a->c.out == IMG_OUT_HUMAN) {
 		if (i)
 			printf("\n");
 		info_human(l);
@@ -370,13 +353,13 @@ int cmd_img_info(int argc, char **argv)
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	const char *fmt = NULL;
-	int ret = info_parse(argc, argv, &a);
+	int ret = img_parse_args(&info_cmd, argc, argv, &a, &a.c);
 
 	if (ret)
 		return ret > 0 ? 0 : 1;
-	oo.fmt = a.fmt;
-	oo.flags = IMG_OPEN_NO_IO | (a.chain ? 0 : IMG_OPEN_NO_BACKING) |
-		   (a.force_share ? IMG_OPEN_FORCE_SHARE : 0);
+	a.file = a.c.files[0];
+	img_open_opts_from(&oo, &a.c);
+	oo.flags |= IMG_OPEN_NO_IO | (a.chain ? 0 : IMG_OPEN_NO_BACKING);
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, &fmt);
@@ -389,29 +372,18 @@ int cmd_img_info(int argc, char **argv)
 /* ---- check ---- */
 
 struct check_args {
-	const char *fmt, *file, *cache;
-	enum img_output out;
+	struct img_args c;
+	const char *file, *cache;
 	int repair;
-	bool quiet, force_share;
 };
 
 static void check_usage(FILE *f)
 {
-	fprintf(f, "Usage: ioplane img check [-f FMT] [--output=human|json] [-r leaks|all] [-q]\n"
-		   "         [-T SRC_CACHE] [-U] FILE\n\n"
+	fprintf(f, "Usage: ioplane img check [-f FMT | --image-opts] [--output=human|json]\n"
+		   "         [-r leaks|all] [-q] [-T SRC_CACHE] [-U] FILE\n\n"
 		   "Exit status: 0 no problem, 1 check not completed, 2 corruptions, 3 leaks,\n"
 		   "63 the format has no checks.\n");
 }
-
-static const struct option check_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "format", required_argument, NULL, 'f' },
-	{ "repair", required_argument, NULL, 'r' },
-	{ "output", required_argument, NULL, OPT_OUTPUT },
-	{ "force-share", no_argument, NULL, 'U' },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ NULL, 0, NULL, 0 },
-};
 
 static int check_parse_repair(const char *arg, int *out)
 {
@@ -426,42 +398,30 @@ static int check_parse_repair(const char *arg, int *out)
 	return 0;
 }
 
-static int check_parse(int argc, char **argv, struct check_args *a)
+static int check_opt(void *ctx, int key, const char *arg)
 {
-	int c;
+	struct check_args *a = ctx;
 
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hf:r:T:qU", check_long, NULL)) != -1) {
-		switch (c) {
-		case 'h': check_usage(stdout); return 1;
-		case 'f': a->fmt = optarg; break;
-		case 'q': a->quiet = true; break;
-		case 'U': a->force_share = true; break;
-		case 'T':
-			if (img_check_cache(optarg))
-				return -EINVAL;
-			a->cache = optarg;
-			break;
-		case 'r':
-			if (check_parse_repair(optarg, &a->repair))
-				return -EINVAL;
-			break;
-		case OPT_OUTPUT:
-			if (img_parse_output(optarg, &a->out))
-				return -EINVAL;
-			break;
-		default:
-			img_bad_opt("check", c, argv);
-			return -EINVAL;
-		}
-	}
-	if (argc - optind != 1) {
-		img_err("Expecting one image file name (try '%s check --help')", IMG_PROG);
+	if (key == 'r')
+		return check_parse_repair(arg, &a->repair);
+	if (img_check_cache(arg, true)) /* -T */
 		return -EINVAL;
-	}
-	a->file = argv[optind];
+	a->cache = arg;
 	return 0;
 }
+
+static const struct img_opt check_opts[] = {
+	{ 'r', "repair", true },
+	{ 'T', NULL, true },
+	{ 0 },
+};
+
+static const struct img_cmd check_cmd = {
+	.name = "check",
+	.common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_QUIET | IMG_C_IMAGE_OPTS,
+	.opts = check_opts, .opt = check_opt, .usage = check_usage,
+	.min_files = 1, .max_files = 1, .files_err = "Expecting one image file name",
+};
 
 static void check_human(const struct qcow2_check_result *r)
 {
@@ -525,7 +485,7 @@ static int check_do(const struct check_args *a, struct blk_node *bs,
 		return ret;
 	lf = r->leaks_fixed;
 	cf = r->corruptions_fixed;
-	if (a->out == IMG_OUT_HUMAN && !a->quiet)
+	if (a->c.out == IMG_OUT_HUMAN && !a->c.quiet)
 		printf("The following inconsistencies were found and repaired:\n\n"
 		       "    %" PRIu64 " leaked clusters\n    %" PRIu64 " corruptions\n\n"
 		       "Double checking the fixed image now...\n", lf, cf);
@@ -551,11 +511,11 @@ static int check_run(const struct check_args *a, struct blk_node *bs)
 		img_err("Check failed: %s", strerror(-ret));
 		return 1;
 	}
-	if (r.first_error[0] && !a->quiet)
+	if (r.first_error[0] && !a->c.quiet)
 		img_err("%s%s", r.corruptions ? "ERROR " : "Leak: ", r.first_error);
-	if (a->out == IMG_OUT_JSON)
+	if (a->c.out == IMG_OUT_JSON)
 		check_json(a, &r);
-	else if (!a->quiet)
+	else if (!a->c.quiet)
 		check_human(&r);
 	return r.check_errors ? 1 : r.corruptions ? 2 : r.leaks ? 3 : 0;
 }
@@ -566,15 +526,15 @@ int cmd_img_check(int argc, char **argv)
 	struct img_open_opts oo = { 0 };
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
-	int ret = check_parse(argc, argv, &a);
+	int ret = img_parse_args(&check_cmd, argc, argv, &a, &a.c);
 
 	if (ret)
 		return ret > 0 ? 0 : 1;
-	oo.fmt = a.fmt;
+	a.file = a.c.files[0];
+	img_open_opts_from(&oo, &a.c);
 	oo.cache = a.cache;
 	/* The backing chain plays no part in the metadata check. */
-	oo.flags = IMG_OPEN_NO_BACKING | (a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0) |
-		   (a.force_share ? IMG_OPEN_FORCE_SHARE : 0);
+	oo.flags |= IMG_OPEN_NO_BACKING | (a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0);
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, NULL);

@@ -5,7 +5,6 @@
  *
  * Threading: main thread only. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +33,10 @@ struct map_entry {
 };
 
 struct map_args {
-	const char *fmt, *file;
-	enum img_output out;
+	struct img_args c;
+	const char *file;
 	uint64_t start, max_len;
-	bool has_max, force_share;
+	bool has_max;
 };
 
 static int map_layers(struct blk_node *bs, const char *file, struct map_layer *v, int *n)
@@ -123,7 +122,7 @@ static bool map_mergeable(const struct map_entry *a, const struct map_entry *b)
  * which does not tell zero ranges from holes. */
 static int map_print(const struct map_args *a, const struct map_entry *e, struct map_entry *next)
 {
-	if (a->out == IMG_OUT_JSON) {
+	if (a->c.out == IMG_OUT_JSON) {
 		printf("{ \"start\": %" PRIu64 ", \"length\": %" PRIu64 ", \"depth\": %d, "
 		       "\"present\": %s, \"zero\": %s, \"data\": %s", e->start, e->length, e->depth,
 		       e->present ? "true" : "false", e->zero ? "true" : "false",
@@ -156,7 +155,7 @@ static int map_run(const struct map_args *a, const struct map_layer *v, int n)
 	end = a->has_max && a->max_len < size - a->start ? a->start + a->max_len : size;
 	if (a->start >= end)
 		end = a->start; /* nothing to map */
-	printf(a->out == IMG_OUT_JSON ? "[" : "%-16s%-16s%-16s%s\n", "Offset", "Length",
+	printf(a->c.out == IMG_OUT_JSON ? "[" : "%-16s%-16s%-16s%s\n", "Offset", "Length",
 	       "Mapped to", "File");
 	cur.start = a->start;
 	for (off = a->start; off < end && !ret; off += next.length) {
@@ -175,64 +174,40 @@ static int map_run(const struct map_args *a, const struct map_layer *v, int n)
 	}
 	if (!ret && cur.length)
 		ret = map_print(a, &cur, NULL);
-	if (a->out == IMG_OUT_JSON)
+	if (a->c.out == IMG_OUT_JSON)
 		printf("]\n");
 	return ret;
 }
 
 static void map_usage(FILE *f)
 {
-	fprintf(f, "Usage: ioplane img map [-f FMT] [--output=human|json] [--start-offset=OFFSET]\n"
-		   "         [--max-length=LEN] [-U] FILE\n");
+	fprintf(f, "Usage: ioplane img map [-f FMT | --image-opts] [--output=human|json]\n"
+		   "         [--start-offset=OFFSET] [--max-length=LEN] [-U] FILE\n");
 }
 
-enum { OPT_OUTPUT = 256, OPT_START, OPT_MAXLEN };
+enum { OPT_START = IMG_OPT_LOCAL, OPT_MAXLEN };
 
-static const struct option map_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "format", required_argument, NULL, 'f' },
-	{ "output", required_argument, NULL, OPT_OUTPUT },
-	{ "start-offset", required_argument, NULL, OPT_START },
-	{ "max-length", required_argument, NULL, OPT_MAXLEN },
-	{ "force-share", no_argument, NULL, 'U' },
-	{ NULL, 0, NULL, 0 },
+static int map_opt(void *ctx, int key, const char *arg)
+{
+	struct map_args *a = ctx;
+
+	if (key == OPT_START)
+		return img_parse_size(arg, "start offset", &a->start);
+	a->has_max = true;
+	return img_parse_size(arg, "max length", &a->max_len);
+}
+
+static const struct img_opt map_opts[] = {
+	{ OPT_START, "start-offset", true },
+	{ OPT_MAXLEN, "max-length", true },
+	{ 0 },
 };
 
-static int map_parse(int argc, char **argv, struct map_args *a)
-{
-	int c;
-
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hf:U", map_long, NULL)) != -1) {
-		switch (c) {
-		case 'h': map_usage(stdout); return 1;
-		case 'f': a->fmt = optarg; break;
-		case 'U': a->force_share = true; break;
-		case OPT_OUTPUT:
-			if (img_parse_output(optarg, &a->out))
-				return -EINVAL;
-			break;
-		case OPT_START:
-			if (img_parse_size(optarg, &a->start))
-				return -EINVAL;
-			break;
-		case OPT_MAXLEN:
-			if (img_parse_size(optarg, &a->max_len))
-				return -EINVAL;
-			a->has_max = true;
-			break;
-		default:
-			img_bad_opt("map", c, argv);
-			return -EINVAL;
-		}
-	}
-	if (argc - optind != 1) {
-		img_err("Expecting one image file name (try '%s map --help')", IMG_PROG);
-		return -EINVAL;
-	}
-	a->file = argv[optind];
-	return 0;
-}
+static const struct img_cmd map_cmd = {
+	.name = "map", .common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = map_opts, .opt = map_opt, .usage = map_usage,
+	.min_files = 1, .max_files = 1, .files_err = "Expecting one image file name",
+};
 
 int cmd_img_map(int argc, char **argv)
 {
@@ -241,12 +216,12 @@ int cmd_img_map(int argc, char **argv)
 	struct map_layer v[MAP_MAX_DEPTH] = { { 0 } };
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
-	int n = 0, ret = map_parse(argc, argv, &a);
+	int n = 0, ret = img_parse_args(&map_cmd, argc, argv, &a, &a.c);
 
 	if (ret)
 		return ret > 0 ? 0 : 1;
-	oo.fmt = a.fmt;
-	oo.flags = a.force_share ? IMG_OPEN_FORCE_SHARE : 0;
+	a.file = a.c.files[0];
+	img_open_opts_from(&oo, &a.c);
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, NULL);

@@ -5,7 +5,6 @@
  * Threading: main thread only; one loop bound to it per command run. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,19 +61,6 @@ void img_loop_end(struct loop *loop, struct blk_node *bs)
 
 /* ---- opening ---- */
 
-int img_check_cache(const char *cache)
-{
-	static const char *const ok[] = { "none", "writeback", "writethrough", "directsync",
-					  "unsafe", "off", "on" };
-	size_t i;
-
-	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
-		if (!strcmp(cache, ok[i]))
-			return 0;
-	img_err("Invalid cache option: %s", cache);
-	return -EINVAL;
-}
-
 /* qemu-img's cache modes onto the file driver's two. */
 static const char *img_cache_opt(const char *cache)
 {
@@ -122,14 +108,64 @@ static int img_lock(struct blk_node *bs, unsigned flags, char *err, size_t errle
 	return blk_set_perm(bs, perm, shared, err, errlen);
 }
 
+void img_open_opts_from(struct img_open_opts *o, const struct img_args *a)
+{
+	*o = (struct img_open_opts){
+		.fmt = a->fmt,
+		.flags = (a->force_share ? IMG_OPEN_FORCE_SHARE : 0) |
+			 (a->image_opts ? IMG_OPEN_IMAGE_OPTS : 0),
+	};
+}
+
+static const char *img_kv_peek(const struct kv_opts *o, const char *key)
+{
+	for (size_t i = 0; i < o->n; i++)
+		if (!strcmp(o->v[i].key, key))
+			return o->v[i].val;
+	return NULL;
+}
+
+/* --image-opts: spec's keys, and those of the flags it does not give. */
+static int img_open_spec(const char *spec, const struct img_open_opts *oo, struct blk_node **out,
+			 const char **fmt, char *err, size_t errlen)
+{
+	struct kv_opts o = { 0 }, e = { 0 };
+	const char *f, *drv;
+	char extra[128];
+	int ret = kv_parse(&o, spec, NULL);
+
+	f = img_kv_peek(&o, "format");
+	drv = img_kv_peek(&o, "driver");
+	*fmt = f && !strcmp(f, "qcow2") ? "qcow2" : "raw";
+	img_extra(extra, sizeof(extra), drv && !strcmp(drv, "null") ? "null:" : spec, *fmt, false,
+		  oo);
+	if (!ret)
+		ret = kv_parse(&e, extra, NULL);
+	for (size_t i = 0; !ret && i < e.n; i++)
+		if (!img_kv_peek(&o, e.v[i].key))
+			ret = kv_set(&o, e.v[i].key, e.v[i].val);
+	if (ret)
+		snprintf(err, errlen, "invalid option list");
+	else
+		ret = blk_open(&o, out, err, errlen);
+	kv_free(&o);
+	kv_free(&e);
+	return ret;
+}
+
 int img_open(const char *path, const struct img_open_opts *o, struct blk_node **out,
 	     const char **fmt_out)
 {
 	const char *fmt = o->fmt;
-	bool probed = !fmt && strncmp(path, "null:", 5);
+	bool spec = o->flags & IMG_OPEN_IMAGE_OPTS;
+	bool probed = !fmt && !spec && strncmp(path, "null:", 5);
 	char extra[128], err[512] = "";
 	int ret;
 
+	if (spec) {
+		ret = img_open_spec(path, o, out, &fmt, err, sizeof(err));
+		goto opened;
+	}
 	if (probed) {
 		ret = blk_probe_format(path, &fmt, err, sizeof(err));
 		if (ret) {
@@ -142,6 +178,7 @@ int img_open(const char *path, const struct img_open_opts *o, struct blk_node **
 	}
 	img_extra(extra, sizeof(extra), path, fmt, probed, o);
 	ret = blk_open_target(path, fmt, extra, out, err, sizeof(err));
+opened:
 	if (!ret && (ret = img_lock(*out, o->flags, err, sizeof(err)))) {
 		blk_close(*out);
 		*out = NULL;
@@ -155,57 +192,6 @@ int img_open(const char *path, const struct img_open_opts *o, struct blk_node **
 	if (fmt_out)
 		*fmt_out = fmt ? fmt : "raw";
 	return 0;
-}
-
-/* ---- command line ---- */
-
-int img_parse_output(const char *arg, enum img_output *out)
-{
-	if (!strcmp(arg, "human")) {
-		*out = IMG_OUT_HUMAN;
-	} else if (!strcmp(arg, "json")) {
-		*out = IMG_OUT_JSON;
-	} else {
-		img_err("--output must be used with human or json as argument.");
-		return -EINVAL;
-	}
-	return 0;
-}
-
-int img_parse_size(const char *arg, uint64_t *out)
-{
-	int ret = arg[0] == '-' ? -EINVAL : parse_size(arg, out);
-
-	if (ret == -ERANGE || (!ret && *out > (uint64_t)INT64_MAX)) {
-		img_err("Image size must be less than 8 EiB!");
-		return -EINVAL;
-	}
-	if (ret) {
-		img_err("Invalid image size specified. You may use k, M, G, T, P or E suffixes "
-			"for kilobytes, megabytes, gigabytes, terabytes, petabytes and exabytes.");
-		return -EINVAL;
-	}
-	return 0;
-}
-
-void img_getopt_reset(void)
-{
-	optind = 0; /* glibc: full re-initialisation, argv[0] is the subcommand */
-	opterr = 0;
-}
-
-void img_bad_opt(const char *cmd, int c, char **argv)
-{
-	const char *arg = argv[optind - 1];
-
-	fflush(stdout);
-	if (c == ':')
-		fprintf(stderr, "%s %s: option '%s' requires an argument", IMG_PROG, cmd, arg);
-	else if (optopt && strncmp(arg, "--", 2))
-		fprintf(stderr, "%s %s: invalid option -- '%c'", IMG_PROG, cmd, optopt);
-	else
-		fprintf(stderr, "%s %s: unrecognized option '%s'", IMG_PROG, cmd, arg);
-	fprintf(stderr, " (try '%s %s --help')\n", IMG_PROG, cmd);
 }
 
 /* ---- output ---- */
