@@ -105,3 +105,12 @@ echo "$nsizes sizes read as qemu-img reads them"
 img create -f qcow2 -o size=1.1k q.qcow2
 expect_grep "$OUT" " size=1126 "
 qemu-img info q.qcow2 | grep -qF "(1536 bytes)" || fail "-o size=1.1k: not a 1126-byte image"
+
+# The null driver's size=: a bad one is said to be bad, a missing one missing (img, bench
+# and serve open it alike).
+img_status 1 info null:size=10Q
+expect_grep "$ERR" "null: bad size '10Q'"
+img_status 1 info null:read-zeroes=on
+expect_grep "$ERR" "null: option size=SIZE is required"
+run_status 1 "$IOPLANE" bench -c 1 null:size=1x
+expect_grep "$ERR" "null: bad size '1x'"
