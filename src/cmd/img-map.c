@@ -21,6 +21,9 @@ struct map_layer {
 	struct blk_node *bs;
 	char *file;      /* the image file */
 	char *data_file; /* qcow2 external data file (offsets point there), or NULL */
+	/* qcow2 whose clusters look preallocated: data ranges are zero where the
+	 * file under them is a hole, as QEMU finds (map_zero_under). */
+	bool prealloc;
 };
 
 #define MAP_MAX_DEPTH 64
@@ -39,6 +42,21 @@ struct map_args {
 	bool has_max;
 };
 
+/* QEMU's test for metadata preallocation: clusters with a refcount are
+ * more than the file's allocated clusters by 1/9 (or 2). It then asks the
+ * file what lies under data clusters; otherwise it takes them as data. */
+static bool map_prealloc(struct blk_node *bs, const char *file)
+{
+	int64_t real = img_allocated_size(file);
+	uint64_t cs = qcow2_cluster_size(bs), rc, thr, count = 0;
+
+	if (real < 0 || !cs)
+		return false;
+	rc = (uint64_t)real / cs;
+	thr = rc * 10 / 9 > rc + 2 ? rc * 10 / 9 : rc + 2;
+	return !qcow2_count_refcounted(bs, thr, &count) && count >= thr;
+}
+
 static int map_layers(struct blk_node *bs, const char *file, struct map_layer *v, int *n)
 {
 	struct qcow2_info q;
@@ -56,6 +74,7 @@ static int map_layers(struct blk_node *bs, const char *file, struct map_layer *v
 			break;
 		if (q.data_file && !(v[*n].data_file = strdup(q.data_file)))
 			ret = -ENOMEM;
+		v[*n].prealloc = map_prealloc(bs, v[*n].file);
 		/* A backing file given as an option has no name in the header. */
 		name = img_path_relative(v[*n].file, q.backing_file ? q.backing_file : "");
 		qcow2_info_free(&q);
@@ -73,6 +92,34 @@ static void map_layers_free(struct map_layer *v, int n)
 		free(v[i].file);
 		free(v[i].data_file);
 	}
+}
+
+/* Data at host offset host, *len bytes: zero where the node holding it has a
+ * hole or ends (read as zeroes), *len cut where that changes. Errors are
+ * ignored: this only adds what QEMU adds. */
+static void map_zero_under(struct blk_node *bs, uint64_t host, uint64_t *len, uint32_t *st)
+{
+	struct blk_node *dn = blk_child(bs, BLK_ROLE_DATA_FILE);
+	uint64_t size, n, h, want;
+	uint32_t fst;
+
+	dn = dn ? dn : blk_child(bs, BLK_ROLE_FILE);
+	if (!dn)
+		return;
+	size = blk_size(dn);
+	if (host >= size) {
+		*st |= BLK_STATUS_ZERO;
+		return;
+	}
+	want = *len < size - host ? *len : size - host;
+	if (img_block_status(dn, host, want, &fst, &n, &h))
+		return;
+	if ((fst & BLK_STATUS_ZERO) && host + n == size) {
+		*st |= BLK_STATUS_ZERO; /* a hole up to the end: zero to the end of the range */
+		return;
+	}
+	*len = n;
+	*st |= fst & BLK_STATUS_ZERO;
 }
 
 /* Status of [off, off+len) down the chain: stop at the first layer that
@@ -99,6 +146,9 @@ static int map_status(const struct map_layer *v, int n, uint64_t off, uint64_t l
 	}
 	if (d == n)
 		d = n - 1;
+	if (d < n && v[d].prealloc && (st & BLK_STATUS_DATA) && (st & BLK_STATUS_OFFSET_VALID) &&
+	    !(st & BLK_STATUS_ZERO))
+		map_zero_under(v[d].bs, host, &cnt, &st);
 	*e = (struct map_entry){
 		.start = off, .length = cnt, .depth = d,
 		.present = st & BLK_STATUS_ALLOCATED, .zero = st & BLK_STATUS_ZERO,

@@ -3,12 +3,16 @@
 # qemu-io, and records qemu-img's output for every case of cases.sh as the expected output
 # (expected/NAME.out: stdout, then "[exit N]", with file-system dependent sizes normalised).
 #
-# The images and .out files are committed: run this only to change the set (it rewrites
-# every image, so snapshot dates and the like change). Outputs named in KNOWN-DIFFERENCES
-# are where ioplane deliberately or knowingly prints something else than qemu-img; they are
-# not regenerated (review and update them by hand; the reason is given there).
+# The images and .out files are committed: run this only to change the set. Without
+# arguments it rewrites every image (so snapshot dates and the like change); with
+# --missing it makes only the images of EXTRA_IMAGES that are not there yet. Either way it
+# records every expected output again, from sparse copies of the images (see cases.sh).
+# Outputs named in KNOWN-DIFFERENCES are where ioplane deliberately or knowingly prints
+# something else than qemu-img; they are not regenerated (review and update them by hand;
+# the reason is given there).
 #
-# Usage: tests/golden/make-images.sh   (needs qemu-img, qemu-io, python3; TZ is forced to UTC)
+# Usage: tests/golden/make-images.sh [--missing]
+#        (needs qemu-img, qemu-io, python3, fallocate; TZ is forced to UTC)
 set -euo pipefail
 
 cd "$(dirname "$0")"
@@ -129,9 +133,23 @@ make_images() {
 	io extdata.qcow2 -c 'write -P 0xb1 4k 8k'
 
 	truncate -s 64k blank.raw
+	for n in $EXTRA_IMAGES; do
+		"img_$n"
+	done
 }
 
-# golden_case NAME ARGS...: record qemu-img's output for this case.
+# Images added later, each by its img_NAME (NAME.qcow2 is the image --missing looks for).
+EXTRA_IMAGES="prealloc"
+
+# preallocation=metadata: data clusters over holes (qemu-img map says they read as zero),
+# and one written.
+img_prealloc() {
+	q -o cluster_size=4k,preallocation=metadata prealloc.qcow2 256k
+	io prealloc.qcow2 -c 'write -P 0xc1 8k 4k'
+}
+
+# golden_case NAME ARGS...: record qemu-img's output for this case (in the sparse copies'
+# directory, $work).
 golden_case() {
 	local name=$1 rc=0
 	shift
@@ -139,12 +157,37 @@ golden_case() {
 		return 0
 	fi
 	{
-		qemu-img "$@" 2>/dev/null || rc=$?
+		(cd "$work" && qemu-img "$@" 2>/dev/null) || rc=$?
 		echo "[exit $rc]"
 	} | golden_normalise >"expected/$name.out"
 }
 
-make_images
+# golden_case_err NAME ARGS...: the same with stderr after stdout.
+golden_case_err() {
+	local name=$1 rc=0
+	shift
+	if grep -qx "$name" <(sed -e 's/[[:space:]]*#.*//' -e '/^$/d' KNOWN-DIFFERENCES); then
+		return 0
+	fi
+	{
+		(cd "$work" && qemu-img "$@" 2>"$work/stderr") || rc=$?
+		echo "[stderr]"
+		cat "$work/stderr"
+		echo "[exit $rc]"
+	} | golden_normalise >"expected/$name.out"
+}
+
+if [ "${1:-}" = --missing ]; then
+	for n in $EXTRA_IMAGES; do
+		[ -e "$n.qcow2" ] || "img_$n"
+	done
+else
+	make_images
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp ./*.qcow2 ./*.raw "$work/"
+golden_sparsify "$work"/*.qcow2 "$work"/*.raw
 mkdir -p expected
 golden_cases
 echo "made $(ls ./*.qcow2 ./*.raw | wc -l) images and $(ls expected | wc -l) expected outputs"

@@ -747,6 +747,39 @@ uint64_t qcow2_cluster_size(const struct blk_node *bs)
 	return qcow2_is(bs) ? ((const struct qc_state *)bs->opaque)->cluster_size : 0;
 }
 
+struct qc_count_ctx {
+	struct qc_state *s;
+	uint64_t limit, count;
+};
+
+static int qc_count_co(void *arg)
+{
+	struct qc_count_ctx *c = arg;
+	struct qc_state *s = c->s;
+	uint64_t i, rc, end = qc_align_up(s->file->size, s->cluster_size) >> s->cluster_bits;
+	int ret = 0;
+
+	qc_co_lock(s, &s->meta);
+	for (i = 0; i < end && c->count < c->limit && !ret; i++) {
+		ret = qc_rc_get(s, i, &rc);
+		c->count += rc != 0;
+	}
+	qc_co_unlock(s, &s->meta);
+	return ret;
+}
+
+int qcow2_count_refcounted(struct blk_node *bs, uint64_t limit, uint64_t *count)
+{
+	struct qc_count_ctx c = {qcow2_is(bs) ? qc_state(bs) : NULL, limit, 0};
+	int ret;
+
+	if (!c.s)
+		return -EINVAL;
+	ret = qc_run_sync(qc_count_co, &c);
+	*count = c.count;
+	return ret;
+}
+
 struct qc_comp_ctx {
 	struct qc_state *s;
 	uint64_t off, len;

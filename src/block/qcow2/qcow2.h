@@ -132,6 +132,10 @@ struct blk_node *qcow2_backing(struct blk_node *bs);
  * does not shrink. Synchronous, like blk_pwrite. */
 int qcow2_pwrite_compressed(struct blk_node *bs, uint64_t offset, const void *buf, uint64_t len);
 
+/* How many clusters of the image file have a refcount, counting up to limit
+ * at most (img map's test for metadata preallocation, as QEMU's). */
+int qcow2_count_refcounted(struct blk_node *bs, uint64_t limit, uint64_t *count);
+
 /* Cluster size of a qcow2 node (0 otherwise). */
 uint64_t qcow2_cluster_size(const struct blk_node *bs);
 
