@@ -222,7 +222,9 @@ static int map_run(const struct map_args *a, const struct map_layer *v, int n)
 			ret = map_print(a, &cur, &next);
 		cur = next;
 	}
-	if (!ret && cur.length)
+	/* As qemu-img: the last entry goes out even when nothing was mapped (a
+	 * start at or past the end, --max-length=0): zero bytes, no flags. */
+	if (!ret)
 		ret = map_print(a, &cur, NULL);
 	if (a->c.out == IMG_OUT_JSON)
 		printf("]\n");

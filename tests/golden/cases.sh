@@ -29,6 +29,29 @@ golden_cases() {
 	golden_case blank.info-json info --output=json blank.raw
 	golden_case blank.check check blank.raw
 	golden_case data.map-range map --output=json --start-offset=128k --max-length=1M data.qcow2
+	# Nothing to map: qemu-img prints one entry of zero bytes.
+	golden_case empty.map-at-end map --output=json --start-offset=1M empty.qcow2
+	golden_case empty.map-past-end map --output=json --start-offset=3M empty.qcow2
+	golden_case empty.map-no-length map --output=json --start-offset=4k --max-length=0 \
+		empty.qcow2
+	golden_case empty.map-no-length-human map --max-length=0 empty.qcow2
+	golden_sizes
+}
+
+# Sizes as qemu-img reads them: past the end of empty.qcow2, map prints the offset it
+# read (and nothing with exit 1 for a bad one). Case size-N-WORD: the Nth of GOLDEN_SIZES.
+GOLDEN_SIZES=(1 00012 1k 1K 1m 1M 1g 1G 1T 1P 1E 7E 8E 16E 1b 1B 1KB 1KiB 1.5G 1.5 0.5k 1.1k
+	1.0001k 1.0005k 1.0004k 1.00048828125k 1.0 1. 1.k 5.e 1.5e 1.5e3 1.e3 .5k 0x1000 0x1k
+	0x1.8k 0x 00x1 1e3 +1 ' 1' '1 ' '+ 2k' 10Q 2kb 1.5b 99999999999999999999
+	99999999999999999999k 18446744073709551615 9223372036854775807 9223372036854775808
+	17179869184G 0x10000000000000000 -1 '' 1.99999999999999999999M 1.0000000000000000000001)
+golden_sizes() {
+	local i w
+	for i in "${!GOLDEN_SIZES[@]}"; do
+		w=$(printf '%s' "${GOLDEN_SIZES[$i]}" | tr -c 'A-Za-z0-9' _)
+		golden_case "size-$i-$w" map --output=json --start-offset="${GOLDEN_SIZES[$i]}" \
+			empty.qcow2
+	done
 }
 
 # golden_sparsify FILE...: every all-zero block of each FILE becomes a hole. Fails where the
