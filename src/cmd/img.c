@@ -217,22 +217,79 @@ void img_size_str(uint64_t v, char *buf, size_t n)
 	snprintf(buf, n, "%0.3g %sB", (double)v / (double)(1ull << (i * 10)), suffix[i]);
 }
 
+/* One code point of the (modified) UTF-8 at p, as QEMU's JSON writer decodes
+ * it: -1 for a byte or sequence that is not one (overlong but the 2-byte
+ * NUL, a surrogate, a noncharacter, past U+10FFFF, a missing continuation
+ * byte), which it replaces with U+FFFD. *end moves past what was read. */
+static long img_utf8_cp(const unsigned char *p, const unsigned char **end)
+{
+	static const long min_cp[5] = { 0x80, 0x800, 0x10000, 0x200000, 0x4000000 };
+	unsigned len = 0, i, mask;
+	long cp;
+
+	*end = p + 1;
+	if (*p < 0x80)
+		return *p;
+	if (*p >= 0xfe || !(*p & 0x40))
+		return -1; /* 0xfe, 0xff, or a continuation byte */
+	for (mask = 0x80; *p & mask; mask >>= 1)
+		len++;
+	cp = *p & (mask - 1);
+	for (i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80) {
+			*end = p + i;
+			return -1;
+		}
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	*end = p + len;
+	if (cp > 0x10ffff || (cp >= 0xfdd0 && cp <= 0xfdef) || (cp & 0xfffe) == 0xfffe ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return -1;
+	if (cp < min_cp[len - 2] && !(cp == 0 && len == 2))
+		return -1;
+	return cp;
+}
+
+/* The two-character escape of c, or 0. */
+static char img_json_esc(unsigned char c)
+{
+	switch (c) {
+	case '"': return '"';
+	case '\\': return '\\';
+	case '\b': return 'b';
+	case '\f': return 'f';
+	case '\n': return 'n';
+	case '\r': return 'r';
+	case '\t': return 't';
+	default: return 0;
+	}
+}
+
+/* As qemu-img writes JSON strings: everything but printable ASCII as \uXXXX
+ * (upper-case hex; a surrogate pair past U+FFFF), invalid UTF-8 as U+FFFD. */
 void img_json_str(FILE *f, const char *s)
 {
-	const unsigned char *p = (const unsigned char *)s;
+	const unsigned char *p = (const unsigned char *)s, *next;
+	long cp;
 
 	fputc('"', f);
-	for (; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if (*p == '\n')
-			fputs("\\n", f);
-		else if (*p == '\t')
-			fputs("\\t", f);
-		else if (*p < 0x20 || *p == 0x7f)
-			fprintf(f, "\\u%04x", *p);
+	for (; *p; p = next) {
+		next = p + 1;
+		if (img_json_esc(*p)) {
+			fprintf(f, "\\%c", img_json_esc(*p));
+			continue;
+		}
+		cp = img_utf8_cp(p, &next);
+		if (cp < 0)
+			cp = 0xfffd;
+		if (cp > 0xffff)
+			fprintf(f, "\\u%04lX\\u%04lX", 0xd800 + ((cp - 0x10000) >> 10),
+				0xdc00 + ((cp - 0x10000) & 0x3ff));
+		else if (cp < 0x20 || cp >= 0x7f)
+			fprintf(f, "\\u%04lX", cp);
 		else
-			fputc(*p, f);
+			fputc((int)cp, f);
 	}
 	fputc('"', f);
 }

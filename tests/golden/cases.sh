@@ -25,6 +25,8 @@ golden_cases() {
 	golden_case top.info-chain-json info --backing-chain --output=json top.qcow2
 	golden_case ovl-raw.info info ovl-raw.qcow2
 	golden_case ovl-raw.info-chain-json info --backing-chain --output=json ovl-raw.qcow2
+	golden_case utf8.info info utf8.qcow2
+	golden_case utf8.info-json info --output=json utf8.qcow2
 	golden_case blank.info info -f raw blank.raw
 	golden_case blank.info-json info --output=json blank.raw
 	golden_case blank.check check blank.raw

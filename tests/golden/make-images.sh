@@ -139,7 +139,19 @@ make_images() {
 }
 
 # Images added later, each by its img_NAME (NAME.qcow2 is the image --missing looks for).
-EXTRA_IMAGES="prealloc"
+EXTRA_IMAGES="prealloc utf8"
+
+# A backing file name (never opened: -u) of every kind of byte qemu-img's JSON escapes:
+# controls, quotes, valid UTF-8 of 2, 3 and 4 bytes, and invalid sequences (overlong,
+# surrogates, noncharacters, past U+10FFFF, 5 and 6 bytes, cut short, stray bytes).
+img_utf8() {
+	local n
+	n=$(printf 'a/b\b\f\r\t\n"\\\x1f\x7f\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xef\xbf\xbd')
+	n+=$(printf '\xc0\x80\xc0\xaf\xc1\xbf\xe0\x80\x80\xed\xa0\x80\xed\xbf\xbf\xef\xb7\x90')
+	n+=$(printf '\xef\xbf\xbe\xf4\x90\x80\x80\xf8\x88\x80\x80\x80\xfc\x84\x80\x80\x80\x80')
+	n+=$(printf '\xe2\x82(\xc3(\xff\xfe\x80.qcow2')
+	q -u -b "$n" -F qcow2 utf8.qcow2 64k
+}
 
 # preallocation=metadata: data clusters over holes (qemu-img map says they read as zero),
 # and one written.
