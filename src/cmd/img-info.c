@@ -43,7 +43,7 @@ static int info_layer_get(struct blk_node *bs, const char *filename, const char 
 	memset(l, 0, sizeof(*l));
 	l->filename = filename;
 	l->format = fmt;
-	l->virtual_size = blk_size(bs);
+	l->virtual_size = img_size(bs);
 	l->actual_size = img_allocated_size(filename);
 	if (!qcow2_is(bs))
 		return 0;

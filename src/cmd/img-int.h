@@ -134,6 +134,9 @@ void img_indent(FILE *f, int level);                /* 4 spaces per level */
 /* Path of `name` (a backing file as written in a header) relative to the
  * directory of `image`, the way the qcow2 driver resolves it. Caller frees. */
 char *img_path_relative(const char *image, const char *name);
+/* The virtual size qemu-img shows: a raw image's is rounded up to a whole
+ * 512-byte sector (the rest reads as zeroes), as QEMU sizes it. */
+uint64_t img_size(struct blk_node *bs);
 /* st_blocks * 512 of path, or -1. */
 int64_t img_allocated_size(const char *path);
 

@@ -122,35 +122,69 @@ static void map_zero_under(struct blk_node *bs, uint64_t host, uint64_t *len, ui
 	*st |= fst & BLK_STATUS_ZERO;
 }
 
+/* A raw layer: the file itself, at the same offset; past its end, up to
+ * the whole 512-byte sector QEMU sizes it to, zeroes. */
+static int map_raw_status(struct blk_node *bs, uint64_t off, uint64_t *len, uint32_t *st)
+{
+	uint64_t host;
+	int ret = 0;
+
+	if (off >= blk_size(bs)) {
+		*st = BLK_STATUS_ZERO;
+		if (*len > img_size(bs) - off)
+			*len = img_size(bs) - off;
+	} else {
+		ret = img_block_status(bs, off, *len, st, len, &host);
+	}
+	*st |= BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID;
+	return ret;
+}
+
+/* A qcow2 layer reads [off, +*len) as zeroes past the end of its backing
+ * file: QEMU, whose raw backing file ends on a whole sector, reads the
+ * rest of that sector from the backing file. */
+static bool map_in_padding(const struct map_layer *v, int d, int n, uint64_t off,
+			   uint64_t *len)
+{
+	struct blk_node *bk = d + 1 < n ? v[d + 1].bs : NULL;
+
+	if (!bk || off < blk_size(bk) || off >= img_size(bk))
+		return false;
+	if (*len > img_size(bk) - off)
+		*len = img_size(bk) - off;
+	return true;
+}
+
 /* Status of [off, off+len) down the chain: stop at the first layer that
  * has the range (or knows it reads as zero), as qemu-img map does. */
 static int map_status(const struct map_layer *v, int n, uint64_t off, uint64_t len,
 		      struct map_entry *e)
 {
 	uint32_t st = 0;
-	uint64_t cnt = len, host = 0;
+	uint64_t host = off;
 	int d, ret;
 
 	for (d = 0; d < n; d++) {
-		ret = img_block_status(v[d].bs, off, len, &st, &cnt, &host);
-		if (ret)
-			return ret;
-		len = cnt;
-		if (!qcow2_is(v[d].bs)) { /* raw: the file itself, at the same offset */
-			st |= BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID;
+		if (!qcow2_is(v[d].bs)) {
+			ret = map_raw_status(v[d].bs, off, &len, &st);
 			host = off;
 			break;
 		}
-		if ((st & (BLK_STATUS_ALLOCATED | BLK_STATUS_ZERO)) || d + 1 == n)
+		ret = img_block_status(v[d].bs, off, len, &st, &len, &host);
+		if (ret || (st & BLK_STATUS_ALLOCATED) || d + 1 == n)
+			break;
+		if ((st & BLK_STATUS_ZERO) && !map_in_padding(v, d, n, off, &len))
 			break;
 	}
+	if (ret)
+		return ret;
 	if (d == n)
 		d = n - 1;
-	if (d < n && v[d].prealloc && (st & BLK_STATUS_DATA) && (st & BLK_STATUS_OFFSET_VALID) &&
+	if (v[d].prealloc && (st & BLK_STATUS_DATA) && (st & BLK_STATUS_OFFSET_VALID) &&
 	    !(st & BLK_STATUS_ZERO))
-		map_zero_under(v[d].bs, host, &cnt, &st);
+		map_zero_under(v[d].bs, host, &len, &st);
 	*e = (struct map_entry){
-		.start = off, .length = cnt, .depth = d,
+		.start = off, .length = len, .depth = d,
 		.present = st & BLK_STATUS_ALLOCATED, .zero = st & BLK_STATUS_ZERO,
 		.data = st & BLK_STATUS_DATA, .has_offset = st & BLK_STATUS_OFFSET_VALID,
 		.offset = host, .file = v[d].data_file ? v[d].data_file : v[d].file,
@@ -198,7 +232,7 @@ static int map_print(const struct map_args *a, const struct map_entry *e, struct
 
 static int map_run(const struct map_args *a, const struct map_layer *v, int n)
 {
-	uint64_t size = blk_size(v[0].bs), end, off;
+	uint64_t size = img_size(v[0].bs), end, off;
 	struct map_entry cur = { 0 }, next;
 	int ret = 0;
 

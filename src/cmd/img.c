@@ -317,6 +317,13 @@ char *img_path_relative(const char *image, const char *name)
 	return p;
 }
 
+uint64_t img_size(struct blk_node *bs)
+{
+	uint64_t size = blk_size(bs);
+
+	return qcow2_is(bs) || size > UINT64_MAX - 511 ? size : (size + 511) & ~511ull;
+}
+
 int64_t img_allocated_size(const char *path)
 {
 	struct stat st;

@@ -25,6 +25,11 @@ golden_cases() {
 	golden_case top.info-chain-json info --backing-chain --output=json top.qcow2
 	golden_case ovl-raw.info info ovl-raw.qcow2
 	golden_case ovl-raw.info-chain-json info --backing-chain --output=json ovl-raw.qcow2
+	golden_case odd.info info -f raw odd.raw
+	golden_case odd.map-json map --output=json -f raw odd.raw
+	golden_case ovl-odd.map map ovl-odd.qcow2
+	golden_case ovl-odd.map-json map --output=json ovl-odd.qcow2
+	golden_case ovl-odd.info-chain info --backing-chain ovl-odd.qcow2
 	golden_case utf8.info info utf8.qcow2
 	golden_case utf8.info-json info --output=json utf8.qcow2
 	golden_case blank.info info -f raw blank.raw

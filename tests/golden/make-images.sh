@@ -139,7 +139,7 @@ make_images() {
 }
 
 # Images added later, each by its img_NAME (NAME.qcow2 is the image --missing looks for).
-EXTRA_IMAGES="prealloc utf8"
+EXTRA_IMAGES="prealloc utf8 ovl-odd"
 
 # A backing file name (never opened: -u) of every kind of byte qemu-img's JSON escapes:
 # controls, quotes, valid UTF-8 of 2, 3 and 4 bytes, and invalid sequences (overlong,
@@ -151,6 +151,13 @@ img_utf8() {
 	n+=$(printf '\xef\xbf\xbe\xf4\x90\x80\x80\xf8\x88\x80\x80\x80\xfc\x84\x80\x80\x80\x80')
 	n+=$(printf '\xe2\x82(\xc3(\xff\xfe\x80.qcow2')
 	q -u -b "$n" -F qcow2 utf8.qcow2 64k
+}
+
+# A raw backing file of 1000 bytes, not whole sectors: qemu-img sizes it to 1024, the
+# rest reading as zeroes.
+img_ovl-odd() {
+	python3 -c 'import sys; sys.stdout.buffer.write(bytes([0x5a]) * 1000)' >odd.raw
+	q -b odd.raw -F raw ovl-odd.qcow2 64k
 }
 
 # preallocation=metadata: data clusters over holes (qemu-img map says they read as zero),
