@@ -533,8 +533,9 @@ int cmd_img_check(int argc, char **argv)
 	a.file = a.c.files[0];
 	img_open_opts_from(&oo, &a.c);
 	oo.cache = a.cache;
-	/* The backing chain plays no part in the metadata check. */
-	oo.flags |= IMG_OPEN_NO_BACKING | (a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0);
+	/* As qemu-img: the backing chain plays no part in the check, but an
+	 * image whose backing file does not open is not checked. */
+	oo.flags |= a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0;
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, NULL);

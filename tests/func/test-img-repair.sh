@@ -229,4 +229,19 @@ want_bits dirty3.qcow2 0
 qcheck dirty3.qcow2
 qemu-io -f qcow2 -c 'write -P 0x83 200k 12k' dirty3q.qcow2 >/dev/null 2>&1 # QEMU repairs too
 qsame dirty3q.qcow2 dirty3.qcow2
+
+echo "== a backing file that does not open: no check, no repair (exit 1, as qemu-img)"
+qemu-img create -q -f qcow2 gone.qcow2 1M
+qemu-img create -q -f qcow2 -b gone.qcow2 -F qcow2 orphan.qcow2
+rm gone.qcow2
+cp orphan.qcow2 orphan.before
+for r in "" "-r leaks" "-r all"; do
+	rc=0
+	qemu-img check $r orphan.qcow2 >/dev/null 2>&1 || rc=$?
+	[ $rc = 1 ] || fail "qemu-img check $r: exit $rc, the test expects 1"
+	# shellcheck disable=SC2086
+	img_status 1 check $r orphan.qcow2
+	expect_grep "$ERR" "^ioplane img: Could not open 'orphan\.qcow2': .*gone\.qcow2.*No such file"
+	cmp -s orphan.qcow2 orphan.before || fail "check $r changed an image it did not check"
+done
 echo "repair: agrees with qemu-img"

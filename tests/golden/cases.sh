@@ -30,6 +30,10 @@ golden_cases() {
 	golden_case ovl-odd.map map ovl-odd.qcow2
 	golden_case ovl-odd.map-json map --output=json ovl-odd.qcow2
 	golden_case ovl-odd.info-chain info --backing-chain ovl-odd.qcow2
+	golden_case nobacking.info info nobacking.qcow2
+	golden_case nobacking.check check nobacking.qcow2
+	golden_case nobacking.check-json check --output=json nobacking.qcow2
+	golden_case nobacking.map map nobacking.qcow2
 	golden_case utf8.info info utf8.qcow2
 	golden_case utf8.info-json info --output=json utf8.qcow2
 	golden_case blank.info info -f raw blank.raw

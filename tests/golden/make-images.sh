@@ -139,7 +139,7 @@ make_images() {
 }
 
 # Images added later, each by its img_NAME (NAME.qcow2 is the image --missing looks for).
-EXTRA_IMAGES="prealloc utf8 ovl-odd"
+EXTRA_IMAGES="prealloc utf8 ovl-odd nobacking"
 
 # A backing file name (never opened: -u) of every kind of byte qemu-img's JSON escapes:
 # controls, quotes, valid UTF-8 of 2, 3 and 4 bytes, and invalid sequences (overlong,
@@ -158,6 +158,11 @@ img_utf8() {
 img_ovl-odd() {
 	python3 -c 'import sys; sys.stdout.buffer.write(bytes([0x5a]) * 1000)' >odd.raw
 	q -b odd.raw -F raw ovl-odd.qcow2 64k
+}
+
+# A backing file that is not there: info works, check and map do not.
+img_nobacking() {
+	q -u -b missing-base.qcow2 -F qcow2 nobacking.qcow2 64k
 }
 
 # preallocation=metadata: data clusters over holes (qemu-img map says they read as zero),
