@@ -230,6 +230,23 @@ qcheck dirty3.qcow2
 qemu-io -f qcow2 -c 'write -P 0x83 200k 12k' dirty3q.qcow2 >/dev/null 2>&1 # QEMU repairs too
 qsame dirty3q.qcow2 dirty3.qcow2
 
+echo "== persistent bitmaps: their clusters are in use, not leaks"
+qemu-img create -q -f qcow2 -o cluster_size=4k bm.qcow2 1M
+qemu-img bitmap --add bm.qcow2 b0
+qemu-img bitmap --add -g 128k --disable bm.qcow2 b1
+qemu-io -f qcow2 -c 'write -P 0x42 0 64k' -c 'write -P 0x43 512k 8k' bm.qcow2 >/dev/null
+qcheck bm.qcow2
+cp bm.qcow2 bm.before
+img check bm.qcow2
+expect_line "$OUT" "No errors were found on the image."
+for r in leaks all; do
+	img check -r "$r" bm.qcow2
+	cmp -s bm.qcow2 bm.before || fail "check -r $r changed an image with bitmaps"
+done
+qcheck bm.qcow2
+[ "$(qemu-img info --output=json bm.qcow2 | grep -c '"granularity"')" = 2 ] ||
+	fail "the bitmaps are gone"
+
 echo "== a backing file that does not open: no check, no repair (exit 1, as qemu-img)"
 qemu-img create -q -f qcow2 gone.qcow2 1M
 qemu-img create -q -f qcow2 -b gone.qcow2 -F qcow2 orphan.qcow2

@@ -309,6 +309,62 @@ static void ck_fixed_meta(struct ck *k)
 	ck_ref(k, s->rct_offset, s->rct_size * 8, "refcount table");
 }
 
+/* ---- bitmaps: the directory, each table, the data clusters it names ---- */
+
+#define CK_BM_RESERVED 0xff000000000001feull
+#define CK_BM_OFFSET 0x00fffffffffffe00ull
+#define CK_BM_ALL_ONES 1ull
+
+/* One bitmap table, a cluster at a time; bad entries are corruptions. */
+static int ck_bitmap_table(struct ck *k, const struct qcow2_bitmap_info *b)
+{
+	struct qc_state *s = k->s;
+	uint64_t tb = (uint64_t)b->table_size * 8, pos, i, e, off, chunk;
+
+	ck_ref(k, b->table_offset, tb, "bitmap table");
+	for (pos = 0; pos < tb; pos += chunk) {
+		chunk = tb - pos < s->cluster_size ? tb - pos : s->cluster_size;
+		if (qc_co_pread_clamped(s->file, b->table_offset + pos, k->buf, chunk)) {
+			k->r->check_errors++;
+			return 0;
+		}
+		for (i = 0; i < chunk; i += 8) {
+			e = qc_rd64(k->buf + i);
+			off = e & CK_BM_OFFSET;
+			if ((e & CK_BM_RESERVED) || off % s->cluster_size ||
+			    ((e & CK_BM_ALL_ONES) && off))
+				ck_error(k, false, "bitmap '%.64s': bad table entry 0x%llx", b->name,
+					 (unsigned long long)e);
+			else if (off)
+				ck_ref(k, off, s->cluster_size, "bitmap data cluster");
+		}
+	}
+	return 0;
+}
+
+/* While the autoclear bit says the bitmaps are valid, their clusters are in
+ * use (QEMU counts them; without this a repair would free them). */
+static int ck_bitmaps(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	struct qcow2_bitmap_info *b;
+	unsigned n, i;
+	char err[160];
+
+	if (!s->bmdir_bytes)
+		return 0;
+	ck_ref(k, s->bmdir_offset, s->bmdir_bytes, "bitmap directory");
+	if (qc_bitmaps_read(s, &b, &n, err, sizeof(err))) {
+		k->r->check_errors++;
+		snprintf(k->r->first_error, sizeof(k->r->first_error), "%s", err);
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i++)
+		ck_bitmap_table(k, &b[i]);
+	qcow2_bitmaps_free(b, n);
+	return 0;
+}
+
 /* Refcount blocks, last (as QEMU counts them): one that anything else
  * holds too, or that two table entries name, is a corruption that only a
  * rebuild of the refcount structures repairs. */
@@ -562,6 +618,8 @@ static int ck_run(struct ck *k)
 	ret = ck_l1(k);
 	if (!ret)
 		ret = ck_snapshots(k);
+	if (!ret)
+		ret = ck_bitmaps(k);
 	if (!ret)
 		ck_refblocks(k);
 	if (!ret && k->flags && !(k->flags & QCOW2_FIX_ERRORS)) {

@@ -485,7 +485,9 @@ static int qc_open_rw_checks(struct qc_state *s, char *err, size_t errlen)
 			 "read-only (repair it with 'ioplane img check -r all')");
 		return -EROFS;
 	}
-	if (s->h.autoclear & ~QC_AUTOCLEAR_KNOWN)
+	/* A writer that does not maintain bitmaps must say so; a repair (img
+	 * check -r) writes no guest data and keeps the bitmaps' clusters. */
+	if ((s->h.autoclear & ~QC_AUTOCLEAR_KNOWN) && !s->repair)
 		ret = qc_run_sync(qc_clear_autoclear, s);
 	if (ret)
 		snprintf(err, errlen, "qcow2: cannot update the header: %s", strerror(-ret));

@@ -117,6 +117,24 @@ struct qcow2_info {
 	unsigned nb_bitmaps; /* bitmaps in the (unsupported, preserved) extension */
 };
 
+/* A bitmap of the bitmaps extension. */
+#define QCOW2_BITMAP_IN_USE (1u << 0) /* not saved since it was last changed */
+#define QCOW2_BITMAP_AUTO (1u << 1)   /* tracks writes (enabled) */
+struct qcow2_bitmap_info {
+	char *name;
+	uint32_t flags;        /* QCOW2_BITMAP_* */
+	uint32_t granularity;  /* bytes per bit */
+	uint64_t table_offset; /* bitmap table: table_size 8-byte entries */
+	uint32_t table_size;
+};
+/* The bitmaps of bs's directory, each checked as QEMU loads it (none when
+ * there is no extension, or its autoclear bit is clear: then QEMU ignores
+ * them too). Free with qcow2_bitmaps_free. -EINVAL with a message in err for
+ * a bad directory. Read-only; ioplane does not maintain bitmaps. */
+int qcow2_get_bitmaps(struct blk_node *bs, struct qcow2_bitmap_info **out, unsigned *n, char *err,
+		      size_t errlen);
+void qcow2_bitmaps_free(struct qcow2_bitmap_info *b, unsigned n);
+
 /* Fill info (free with qcow2_info_free). bs must be a qcow2 node. */
 int qcow2_get_info(struct blk_node *bs, struct qcow2_info *info);
 void qcow2_info_free(struct qcow2_info *info);
