@@ -30,13 +30,15 @@ struct info_layer {
 	int64_t actual_size;  /* -1: unknown */
 	bool is_qcow2;
 	struct qcow2_info q;
+	struct qcow2_bitmap_info *bitmaps;
+	unsigned nb_bitmaps;
 	char *full_backing;   /* backing file path resolved against filename */
 };
 
 /* ---- gathering ---- */
 
 static int info_layer_get(struct blk_node *bs, const char *filename, const char *fmt,
-			  struct info_layer *l)
+			  struct info_layer *l, char *err, size_t errlen)
 {
 	int ret;
 
@@ -51,6 +53,9 @@ static int info_layer_get(struct blk_node *bs, const char *filename, const char 
 	if (ret)
 		return ret;
 	l->is_qcow2 = true;
+	ret = qcow2_get_bitmaps(bs, &l->bitmaps, &l->nb_bitmaps, err, errlen);
+	if (ret)
+		return ret;
 	if (l->q.backing_file && !(l->full_backing = img_path_relative(filename,
 									 l->q.backing_file)))
 		return -ENOMEM;
@@ -61,6 +66,7 @@ static void info_layer_free(struct info_layer *l)
 {
 	if (l->is_qcow2)
 		qcow2_info_free(&l->q);
+	qcow2_bitmaps_free(l->bitmaps, l->nb_bitmaps);
 	free(l->full_backing);
 }
 
@@ -93,8 +99,30 @@ static void info_human_snapshots(const struct qcow2_info *q)
 	}
 }
 
-static void info_human_specific(const struct qcow2_info *q)
+/* The qcow2_bitmap_info flags by qemu-img's names, in its order. */
+static const struct {
+	uint32_t bit;
+	const char *name;
+} info_bm_flags[] = { { QCOW2_BITMAP_IN_USE, "in-use" }, { QCOW2_BITMAP_AUTO, "auto" } };
+
+static void info_human_bitmaps(const struct info_layer *l)
 {
+	unsigned i, j, k;
+
+	printf("    bitmaps:\n");
+	for (i = 0; i < l->nb_bitmaps; i++) {
+		printf("        [%u]:\n            flags:\n", i);
+		for (j = 0, k = 0; j < sizeof(info_bm_flags) / sizeof(info_bm_flags[0]); j++)
+			if (l->bitmaps[i].flags & info_bm_flags[j].bit)
+				printf("                [%u]: %s\n", k++, info_bm_flags[j].name);
+		printf("            name: %s\n            granularity: %" PRIu32 "\n",
+		       l->bitmaps[i].name, l->bitmaps[i].granularity);
+	}
+}
+
+static void info_human_specific(const struct info_layer *l)
+{
+	const struct qcow2_info *q = &l->q;
 	bool v3 = q->version >= 3;
 
 	printf("Format specific information:\n");
@@ -103,6 +131,8 @@ static void info_human_specific(const struct qcow2_info *q)
 	       q->compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" : "zlib");
 	if (v3)
 		printf("    lazy refcounts: %s\n", q->lazy_refcounts ? "true" : "false");
+	if (l->nb_bitmaps)
+		info_human_bitmaps(l);
 	printf("    refcount bits: %u\n", q->refcount_bits);
 	if (!v3)
 		return;
@@ -140,7 +170,7 @@ static void info_human(const struct info_layer *l)
 	}
 	if (l->q.nb_snapshots)
 		info_human_snapshots(&l->q);
-	info_human_specific(&l->q);
+	info_human_specific(l);
 }
 
 /* ---- JSON (qemu-img's key order) ---- */
@@ -200,8 +230,46 @@ static void info_json_snapshots(int ind, const struct qcow2_info *q)
 	printf("],\n");
 }
 
-static void info_json_specific(int ind, const struct qcow2_info *q)
+static void info_json_bitmap(int ind, const struct qcow2_bitmap_info *b)
 {
+	bool first = true;
+
+	img_indent(stdout, ind);
+	printf("{\n");
+	json_key(ind + 1, "flags");
+	printf("[\n");
+	for (unsigned j = 0; j < sizeof(info_bm_flags) / sizeof(info_bm_flags[0]); j++) {
+		if (!(b->flags & info_bm_flags[j].bit))
+			continue;
+		printf("%s", first ? "" : ",\n");
+		img_indent(stdout, ind + 2);
+		img_json_str(stdout, info_bm_flags[j].name);
+		first = false;
+	}
+	printf("%s", first ? "" : "\n");
+	img_indent(stdout, ind + 1);
+	printf("],\n");
+	json_kstr(ind + 1, "name", b->name, true);
+	json_knum(ind + 1, "granularity", b->granularity, false);
+	img_indent(stdout, ind);
+	printf("}");
+}
+
+static void info_json_bitmaps(int ind, const struct info_layer *l)
+{
+	json_key(ind, "bitmaps");
+	printf("[\n");
+	for (unsigned i = 0; i < l->nb_bitmaps; i++) {
+		info_json_bitmap(ind + 1, &l->bitmaps[i]);
+		printf("%s\n", i + 1 < l->nb_bitmaps ? "," : "");
+	}
+	img_indent(stdout, ind);
+	printf("],\n");
+}
+
+static void info_json_specific(int ind, const struct info_layer *l)
+{
+	const struct qcow2_info *q = &l->q;
 	bool v3 = q->version >= 3;
 
 	json_key(ind, "format-specific");
@@ -214,6 +282,8 @@ static void info_json_specific(int ind, const struct qcow2_info *q)
 		  q->compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" : "zlib", true);
 	if (v3)
 		json_kbool(ind + 2, "lazy-refcounts", q->lazy_refcounts, true);
+	if (l->nb_bitmaps)
+		info_json_bitmaps(ind + 2, l);
 	json_knum(ind + 2, "refcount-bits", q->refcount_bits, v3);
 	if (v3 && q->data_file) {
 		json_kstr(ind + 2, "data-file", q->data_file, true);
@@ -247,7 +317,7 @@ static void info_json(int ind, const struct info_layer *l)
 	if (l->actual_size >= 0)
 		json_knum(ind + 1, "actual-size", l->actual_size, true);
 	if (l->is_qcow2)
-		info_json_specific(ind + 1, q);
+		info_json_specific(ind + 1, l);
 	if (l->is_qcow2 && q->backing_file) {
 		json_kstr(ind + 1, "full-backing-filename", l->full_backing, true);
 		json_kstr(ind + 1, "backing-filename", q->backing_file, true);
@@ -318,15 +388,17 @@ static void info_print(const struct info_args *a, const struct info_layer *l, un
 static int info_walk(const struct info_args *a, struct blk_node *bs, const char *fmt)
 {
 	struct info_layer l;
-	char *name = NULL, *next_name;
+	char *name = NULL, *next_name, err[256];
 	unsigned i;
 	int ret = 0;
 
 	for (i = 0; bs && !ret; i++) {
-		ret = info_layer_get(bs, name ? name : a->file, fmt, &l);
+		err[0] = 0;
+		ret = info_layer_get(bs, name ? name : a->file, fmt, &l, err, sizeof(err));
 		if (ret) {
 			img_err("%s: cannot read the image information: %s",
-				name ? name : a->file, strerror(-ret));
+				name ? name : a->file, err[0] ? err : strerror(-ret));
+			info_layer_free(&l);
 			break;
 		}
 		bs = a->chain && l.is_qcow2 ? qcow2_backing(bs) : NULL;

@@ -139,7 +139,7 @@ make_images() {
 }
 
 # Images added later, each by its img_NAME (NAME.qcow2 is the image --missing looks for).
-EXTRA_IMAGES="prealloc utf8 ovl-odd nobacking"
+EXTRA_IMAGES="prealloc utf8 ovl-odd nobacking bitmaps bminuse"
 
 # A backing file name (never opened: -u) of every kind of byte qemu-img's JSON escapes:
 # controls, quotes, valid UTF-8 of 2, 3 and 4 bytes, and invalid sequences (overlong,
@@ -158,6 +158,25 @@ img_utf8() {
 img_ovl-odd() {
 	python3 -c 'import sys; sys.stdout.buffer.write(bytes([0x5a]) * 1000)' >odd.raw
 	q -b odd.raw -F raw ovl-odd.qcow2 64k
+}
+
+# Persistent bitmaps (qemu-img bitmap): one enabled, one disabled of another granularity
+# and a space in its name; the enabled one records a write, so it has a data cluster.
+img_bitmaps() {
+	q -o cluster_size=4k bitmaps.qcow2 1M
+	qemu-img bitmap --add bitmaps.qcow2 b0
+	qemu-img bitmap --add -g 128k --disable bitmaps.qcow2 'second bitmap'
+	io bitmaps.qcow2 -c 'write -P 0xd1 0 64k'
+}
+
+# Bitmaps left in use: the writer crashed before it saved them.
+img_bminuse() {
+	q -o cluster_size=4k bminuse.qcow2 1M
+	qemu-img bitmap --add bminuse.qcow2 b0
+	qemu-img bitmap --add --disable bminuse.qcow2 b1
+	io bminuse.qcow2 -c 'write -P 0xd2 0 8k'
+	(ulimit -c 0; qemu-io -f qcow2 -c 'write -P 0xd3 64k 8k' -c abort bminuse.qcow2 \
+		>/dev/null 2>&1) || true
 }
 
 # A backing file that is not there: info works, check and map do not.
