@@ -9,7 +9,7 @@
 # "zero" for data clusters over holes, and git keeps no holes, so every copy is made
 # sparse the same way before anything looks at it.
 GOLDEN_QCOW2="empty data v2 extl2 snap base mid top compressed zstd rc1 rc64 c512 dirty leaks
-corrupt extdata prealloc bitmaps bminuse"
+corrupt extdata prealloc bitmaps bminuse frag"
 
 golden_cases() {
 	local b

@@ -139,7 +139,7 @@ make_images() {
 }
 
 # Images added later, each by its img_NAME (NAME.qcow2 is the image --missing looks for).
-EXTRA_IMAGES="prealloc utf8 ovl-odd nobacking bitmaps bminuse"
+EXTRA_IMAGES="prealloc utf8 ovl-odd nobacking bitmaps bminuse frag"
 
 # A backing file name (never opened: -u) of every kind of byte qemu-img's JSON escapes:
 # controls, quotes, valid UTF-8 of 2, 3 and 4 bytes, and invalid sequences (overlong,
@@ -177,6 +177,17 @@ img_bminuse() {
 	io bminuse.qcow2 -c 'write -P 0xd2 0 8k'
 	(ulimit -c 0; qemu-io -f qcow2 -c 'write -P 0xd3 64k 8k' -c abort bminuse.qcow2 \
 		>/dev/null 2>&1) || true
+}
+
+# Fragmentation over several L2 tables (4k clusters: 2 MiB each), after a snapshot made
+# the rewritten clusters and their tables move.
+img_frag() {
+	q -o cluster_size=4k frag.qcow2 16M
+	io frag.qcow2 -c 'write -P 1 0 8k' -c 'write -P 1 2M 8k' -c 'write -P 1 4M 8k' \
+		-c 'write -P 1 6M 8k' -c 'write -P 1 8M 8k'
+	qemu-img snapshot -c s1 frag.qcow2
+	io frag.qcow2 -c 'write -P 2 4k 4k' -c 'write -P 2 2M 4k' -c 'write -P 3 4M 4k' \
+		-c 'write -P 3 6M 4k'
 }
 
 # A backing file that is not there: info works, check and map do not.

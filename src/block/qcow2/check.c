@@ -30,9 +30,9 @@ struct ck {
 	struct qc_state *s;
 	struct qcow2_check_result *r;
 	uint32_t *refs;
-	uint64_t n;   /* clusters counted */
-	uint8_t *buf; /* one cluster */
-	uint64_t prev_host;
+	uint64_t n;         /* clusters counted */
+	uint8_t *buf;       /* one cluster */
+	uint64_t prev_host; /* the last data cluster of the L2 table being walked */
 	int flags;
 	bool fix_copied; /* repair COPIED flags (decided after the refcounts) */
 	bool rb_bad;     /* a refcount block is referenced more than once */
@@ -127,9 +127,12 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 	if (e & QC_OFLAG_COMPRESSED) {
 		qc_comp_desc(s, e, &off, &len);
 		ck_ref_n(k, off, len, w, "compressed cluster");
+		/* As QEMU: compressed clusters count as fragmented (their
+		 * sectors are read again for each), and leave prev_host be. */
 		if (active) {
 			k->r->allocated_clusters += w;
 			k->r->compressed_clusters += w;
+			k->r->fragmented_clusters += w;
 		}
 		return;
 	}
@@ -144,7 +147,7 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 	if (active) {
 		k->r->allocated_clusters += w;
 		if (k->prev_host && off != k->prev_host + s->cluster_size)
-			k->r->fragmented_clusters++;
+			k->r->fragmented_clusters += w;
 		k->prev_host = off;
 	}
 }
@@ -160,6 +163,9 @@ static int ck_l2(struct ck *k, uint64_t l2off, uint64_t l1i, bool active, uint64
 		k->r->check_errors++;
 		return 0;
 	}
+	/* Fragmentation counts within one table, as in QEMU (which walks a
+	 * table once per L1 entry naming it: w times). */
+	k->prev_host = 0;
 	for (i = 0; i < n; i++) {
 		const uint8_t *p = k->buf + i * s->l2_entry_bytes;
 
