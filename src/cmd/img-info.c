@@ -547,11 +547,20 @@ static void check_json(const struct check_args *a, const struct qcow2_check_resu
 
 /* Check, and with -r repair then check again (like qemu-img, which reports
  * the second check with the first one's repair counts). */
+/* qemu-img check prints its findings on stderr as they come, with no
+ * program name, -q or not. */
+static void check_line(void *opaque, const char *line)
+{
+	(void)opaque;
+	fflush(stdout);
+	fprintf(stderr, "%s\n", line);
+}
+
 static int check_do(const struct check_args *a, struct blk_node *bs,
 		    struct qcow2_check_result *r)
 {
 	uint64_t lf, cf;
-	int ret = qcow2_check(bs, a->repair, r);
+	int ret = qcow2_check_report(bs, a->repair, r, check_line, NULL);
 
 	if (ret || !(r->leaks_fixed || r->corruptions_fixed))
 		return ret;
@@ -561,7 +570,7 @@ static int check_do(const struct check_args *a, struct blk_node *bs,
 		printf("The following inconsistencies were found and repaired:\n\n"
 		       "    %" PRIu64 " leaked clusters\n    %" PRIu64 " corruptions\n\n"
 		       "Double checking the fixed image now...\n", lf, cf);
-	ret = qcow2_check(bs, 0, r);
+	ret = qcow2_check_report(bs, 0, r, check_line, NULL);
 	r->leaks_fixed = lf;
 	r->corruptions_fixed = cf;
 	return ret;
@@ -578,13 +587,9 @@ static int check_run(const struct check_args *a, struct blk_node *bs)
 	}
 	ret = check_do(a, bs, &r);
 	if (ret) {
-		if (r.first_error[0])
-			img_err("ERROR %s", r.first_error);
 		img_err("Check failed: %s", strerror(-ret));
 		return 1;
 	}
-	if (r.first_error[0] && !a->c.quiet)
-		img_err("%s%s", r.corruptions ? "ERROR " : "Leak: ", r.first_error);
 	if (a->c.out == IMG_OUT_JSON)
 		check_json(a, &r);
 	else if (!a->c.quiet)

@@ -146,7 +146,7 @@ cp bad.qcow2 bad2.qcow2
 # -r leaks cannot fix it: as qemu-img, the check fails (exit 1: the refcount structures
 # would have to be rebuilt) and the image stays marked corrupt.
 img_status 1 check -r leaks bad.qcow2
-expect_line "$ERR" "ioplane img: ERROR need to rebuild refcount structures"
+expect_line "$ERR" "ERROR need to rebuild refcount structures"
 want_bits bad.qcow2 $CORRUPT
 run_status 1 "$IOPLANE" serve --image d,file=bad.qcow2,format=qcow2 \
 	--nbd unix="$sock",image=d,writable=on
@@ -210,7 +210,7 @@ qemu-img compare -q -f raw -F qcow2 dirty.raw dirty.qcow2 || fail "data lost by 
 # the dirty bit stays.
 cp dirty2.qcow2 dirty2q.qcow2
 img_status 1 check -r leaks dirty2.qcow2
-expect_line "$ERR" "ioplane img: ERROR need to rebuild refcount structures"
+expect_line "$ERR" "ERROR need to rebuild refcount structures"
 want_bits dirty2.qcow2 $DIRTY
 cmp dirty2.qcow2 dirty2q.qcow2 || fail "check -r leaks changed an image it could not repair"
 rc=0; qemu-img check -r leaks dirty2q.qcow2 >/dev/null 2>&1 || rc=$?

@@ -21,6 +21,11 @@ golden_cases() {
 		golden_case "$b.map" map "$b.qcow2"
 		golden_case "$b.map-json" map --output=json "$b.qcow2"
 	done
+	# check's findings on stderr, line by line.
+	golden_case_err leaks.check-err check leaks.qcow2
+	golden_case_err leaks.check-q-err check -q leaks.qcow2
+	golden_case_err corrupt.check-err check corrupt.qcow2
+	golden_case_err corrupt.check-json-err check --output=json corrupt.qcow2
 	golden_case top.info-chain info --backing-chain top.qcow2
 	golden_case top.info-chain-json info --backing-chain --output=json top.qcow2
 	golden_case ovl-raw.info info ovl-raw.qcow2

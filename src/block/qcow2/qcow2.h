@@ -79,6 +79,12 @@ struct qcow2_check_result {
  * and corrupt bits are cleared, as qemu-img check -r does. Returns 0 when
  * the check ran (see the counters), -errno when it could not. */
 int qcow2_check(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r);
+/* The same, and report (may be NULL) gets each line of the report as it is
+ * made, in qemu-img check's words ("Leaked cluster 6 refcount=1
+ * reference=0", "ERROR ...", "Repairing ..."). */
+typedef void qcow2_check_report_fn(void *opaque, const char *line);
+int qcow2_check_report(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r,
+		       qcow2_check_report_fn *report, void *opaque);
 
 /* Accept the open option repair=on in this process (`ioplane img check -r`
  * only; servers never call this, so they keep refusing to open an image
