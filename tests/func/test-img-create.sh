@@ -154,4 +154,15 @@ for bad in "-f qcow2 x.qcow2" "-f qcow2 x.qcow2 -1" "-f qcow2 x.qcow2 1Q" \
 done
 img create --help
 expect_grep "$OUT" '^Usage: ioplane img create'
+
+# A file in a directory that does not exist: the errno text, exit 1, as qemu-img says it.
+for f in raw qcow2; do
+	img_status 1 create -f "$f" nodir/x.img 1M
+	expect_grep "$ERR" "nodir/x\.img.*: No such file or directory$"
+done
+img_status 1 create -f qcow2 -o data_file=nodir/d.raw x.qcow2 1M
+expect_grep "$ERR" "nodir/d\.raw.*: No such file or directory$"
+qemu-img create -q -f qcow2 src.qcow2 1M
+img_status 1 convert -O qcow2 src.qcow2 nodir/c.qcow2
+expect_grep "$ERR" "nodir/c\.qcow2.*: No such file or directory$"
 echo "create: all cases passed"
