@@ -33,7 +33,7 @@
 #include "util/log.h"
 #include "util/opts.h"
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE 1 /* a bad command line, as in qemu-storage-daemon */
 #define MAX_IOTHREADS 64
 #define DRAIN_TIMEOUT_NS (10ull * 1000000000ull)
 /* Clients per listening address: enough for many VMs with multi-conn (each

@@ -178,7 +178,7 @@ sum=$(sha256sum <sc.qcow2)
 run_status 1 "$IOPLANE" serve --image d,file=sc.qcow2,format=qcow2 \
 	--nbd unix="$sock",image=d,writable=on
 expect_grep "$ERR" "--image d: qcow2: image is marked corrupt; it can only be opened read-only"
-run_status 2 "$IOPLANE" serve --image d,file=sc.qcow2,format=qcow2,repair=on \
+run_status 1 "$IOPLANE" serve --image d,file=sc.qcow2,format=qcow2,repair=on \
 	--nbd unix="$sock",image=d,writable=on
 expect_grep "$ERR" "repair=on is reserved for 'ioplane img check -r'"
 nbd_serve --image d,file=sc.qcow2,format=qcow2,read-only=on --nbd unix="$sock",image=d
