@@ -45,6 +45,7 @@ bench() { run_ok "$IOPLANE" bench "$@"; }
 echo "== the command line of the executable"
 run_ok "$IOPLANE" --help
 expect_grep "$OUT" '^ +bench '
+expect_grep "$OUT" '^ +serve .*NBD and vhost-user-blk'
 run_ok "$IOPLANE" --version
 version=$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" "$IOPLANE_SRC/meson.build" | head -n 1)
 [ -n "$version" ] || fail "no version in meson.build (test bug)"

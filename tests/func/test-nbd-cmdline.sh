@@ -19,7 +19,8 @@ echo "$out"
 for w in --iothreads --pidfile --max-connections --max-request-memory --poll-max-ns --image \
 	--nbd file= format=raw cache=none writeback aio=io_uring native threads read-only=on discard=unmap ignore \
 	detect-zeroes= driver=null size= latency-ns= read-zeroes= unix= tcp= image= name= \
-	writable=on description=; do
+	writable=on description= format=qcow2 backing= backing-format= data-file= l2-cache-size= \
+	--vhost-user-blk; do
 	grep -qF -- "$w" <<<"$out" || fail "serve --help does not mention '$w'"
 done
 grep -qi example <<<"$out" || fail "serve --help has no examples"
