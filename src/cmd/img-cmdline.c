@@ -141,7 +141,7 @@ static int img_num_parse(const char **p, struct img_num *n)
 	return 0;
 }
 
-int img_strtosz(const char *s, uint64_t *out)
+int img_strtosz_quiet(const char *s, uint64_t *out, bool *hex_suffix)
 {
 	struct img_num n = { 0 };
 	const char *p = s;
@@ -157,8 +157,7 @@ int img_strtosz(const char *s, uint64_t *out)
 	}
 	if (n.over)
 		return -ERANGE;
-	if (n.hex && shift >= 0)
-		img_err("warning: Using a multiplier suffix on hex numbers is deprecated: %s", s);
+	*hex_suffix = n.hex && shift >= 0;
 	if (shift < 0)
 		shift = 0;
 	ret = img_frac_bytes(n.frac ? n.frac : "", n.nfrac, shift, &fb);
@@ -169,6 +168,16 @@ int img_strtosz(const char *s, uint64_t *out)
 	if ((shift && n.v > (UINT64_MAX >> shift)) || __builtin_add_overflow(n.v << shift, fb, out))
 		return -ERANGE;
 	return 0;
+}
+
+int img_strtosz(const char *s, uint64_t *out)
+{
+	bool hex_suffix = false;
+	int ret = img_strtosz_quiet(s, out, &hex_suffix);
+
+	if (hex_suffix)
+		img_err("warning: Using a multiplier suffix on hex numbers is deprecated: %s", s);
+	return ret;
 }
 
 int img_parse_size(const char *arg, const char *what, uint64_t *out)
@@ -187,19 +196,38 @@ int img_parse_size(const char *arg, const char *what, uint64_t *out)
 	return 0;
 }
 
-int img_parse_size_param(const char *file, const char *arg, uint64_t *out)
+int img_parse_size_param(const char *file, const char *key, const char *arg, uint64_t *out)
 {
 	int ret = img_strtosz(arg, out);
 
 	if (ret == -ERANGE) {
-		img_err("%s%sValue '%s' is out of range for parameter 'size'", file ? file : "",
-			file ? ": " : "", arg);
+		img_err("%s%sValue '%s' is out of range for parameter '%s'", file ? file : "",
+			file ? ": " : "", arg, key);
 		return -ERANGE;
 	}
 	if (ret) {
-		img_err("%s%sParameter 'size' expects a non-negative number below 2^64 (optional "
+		img_err("%s%sParameter '%s' expects a non-negative number below 2^64 (optional "
 			"suffix k, M, G, T, P or E means kilo-, mega-, giga-, tera-, peta- and "
-			"exabytes, respectively)", file ? file : "", file ? ": " : "");
+			"exabytes, respectively)", file ? file : "", file ? ": " : "", key);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int img_parse_number_param(const char *file, const char *key, const char *arg, uint64_t *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoull(arg, &end, 0); /* as qemu_strtou64: "-1" wraps, 0x and 0 prefixes */
+	if (errno == ERANGE) {
+		img_err("%s%sValue '%s' is too large for parameter '%s'", file ? file : "",
+			file ? ": " : "", arg, key);
+		return -ERANGE;
+	}
+	if (end == arg || *end) {
+		img_err("%s%sParameter '%s' expects a number", file ? file : "", file ? ": " : "",
+			key);
 		return -EINVAL;
 	}
 	return 0;

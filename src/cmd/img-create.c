@@ -116,7 +116,8 @@ static int raw_prealloc(int fd, const char *mode, uint64_t size)
 	return 0;
 }
 
-static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint)
+static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint,
+		    bool *hint_given)
 {
 	size_t i;
 
@@ -130,11 +131,14 @@ static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint
 
 			/* As qemu-img: a size, at most 4 GiB - 1 (XFS keeps it in
 			 * 32 bits); 0 sets no hint. */
-			if (parse_size(v, &h) || h > UINT32_MAX) {
-				img_err("Invalid extent_size_hint '%s' (a size below 4 GiB)", v);
+			if (img_parse_size_param(c->file, k, v, &h))
+				return -EINVAL;
+			if (h > UINT32_MAX) {
+				img_err("%s: Extent size hint is too large", c->file);
 				return -EINVAL;
 			}
 			*hint = (uint32_t)h;
+			*hint_given = true;
 		} else if (strcmp(k, "size")) {
 			img_err("Invalid parameter '%s' for format raw", k);
 			return -EINVAL;
@@ -151,8 +155,9 @@ static int create_raw(const struct img_create *c)
 {
 	const char *pre = NULL;
 	uint32_t hint = BLK_EXTENT_HINT_DEFAULT;
+	bool hint_given = false;
 	char err[384];
-	int fd, ret = raw_opts(c, &pre, &hint);
+	int fd, ret = raw_opts(c, &pre, &hint, &hint_given);
 
 	if (ret)
 		return ret;
@@ -160,9 +165,13 @@ static int create_raw(const struct img_create *c)
 		img_err("Format raw does not support backing files");
 		return -EINVAL;
 	}
-	if (!c->quiet)
-		printf("Formatting '%s', fmt=raw size=%" PRIu64 "%s%s\n", c->file, c->size,
+	if (!c->quiet) {
+		printf("Formatting '%s', fmt=raw size=%" PRIu64 "%s%s", c->file, c->size,
 		       pre ? " preallocation=" : "", pre ? pre : "");
+		if (hint_given)
+			printf(" extent_size_hint=%" PRIu32, hint);
+		printf("\n");
+	}
 	fd = blk_file_create(c->file, BLK_CREATE_PERM, BLK_CREATE_SHARED, err, sizeof(err));
 	if (fd < 0) {
 		img_err("Could not create '%s': %s", c->file, err);
@@ -227,7 +236,20 @@ static int create_qcow2_opts(const struct img_create *c, struct qcow2_create_opt
 	size_t i;
 
 	for (i = 0; c->o && i < c->o->n; i++) {
-		if (qcow2_create_opt(q, c->o->v[i].key, c->o->v[i].val, err, sizeof(err))) {
+		const char *k = c->o->v[i].key, *v = c->o->v[i].val;
+		char num[24];
+		uint64_t n;
+
+		/* qemu-img's forms of sizes and numbers are read here; the driver
+		 * gets a decimal number. */
+		if (!strcmp(k, "cluster_size") || !strcmp(k, "refcount_bits")) {
+			if (!strcmp(k, "cluster_size") ? img_parse_size_param(c->file, k, v, &n)
+						       : img_parse_number_param(c->file, k, v, &n))
+				return -EINVAL;
+			snprintf(num, sizeof(num), "%" PRIu64, n);
+			v = num;
+		}
+		if (qcow2_create_opt(q, k, v, err, sizeof(err))) {
 			img_err("%s", err);
 			return -EINVAL;
 		}
@@ -315,7 +337,7 @@ static int create_size(struct create_args *a, uint64_t *size)
 
 	if (a->size_arg && img_parse_size(a->size_arg, "image size", size))
 		return -EINVAL;
-	if (!a->size_arg && arg && img_parse_size_param(a->file, arg, size))
+	if (!a->size_arg && arg && img_parse_size_param(a->file, "size", arg, size))
 		return -EINVAL;
 	/* The drivers see the size as a number: qemu-img's forms are read here. */
 	snprintf(num, sizeof(num), "%" PRIu64, *size);
@@ -421,7 +443,7 @@ static int resize_target(const struct resize_args *a, uint64_t cur, uint64_t *si
 {
 	const char *s = a->size_arg;
 	uint64_t v;
-	int ret = img_parse_size_param(NULL, s[0] == '+' || s[0] == '-' ? s + 1 : s, &v);
+	int ret = img_parse_size_param(NULL, "size", s[0] == '+' || s[0] == '-' ? s + 1 : s, &v);
 
 	if (ret)
 		return ret;

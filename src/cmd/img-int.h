@@ -120,12 +120,19 @@ int img_parse_output(const char *arg, enum img_output *out);
  * bytes, not hex, no exponent), one suffix b, k, M, G, T, P, E (binary, any
  * case). -EINVAL malformed, -ERANGE above 2^64 - 1; no message. */
 int img_strtosz(const char *s, uint64_t *out);
+/* The same without the warning qemu-img gives for a suffix on a hex number:
+ * *hex_suffix says whether it is due (for a caller with its own prefix). */
+int img_strtosz_quiet(const char *s, uint64_t *out, bool *hex_suffix);
 /* img_strtosz up to INT64_MAX, with qemu-img's message naming `what`
  * ("image size", "start offset"). */
 int img_parse_size(const char *arg, const char *what, uint64_t *out);
-/* The same for a size= parameter (-o size=, resize), in qemu-img's words
- * for one, up to 2^64 - 1; file (NULL: none) prefixes the message. */
-int img_parse_size_param(const char *file, const char *arg, uint64_t *out);
+/* The same for a size-valued parameter `key` (-o size=, cluster_size=,
+ * extent_size_hint=; resize's size), in qemu-img's words for one, up to
+ * 2^64 - 1; file (NULL: none) prefixes the message. */
+int img_parse_size_param(const char *file, const char *key, const char *arg, uint64_t *out);
+/* A number-valued parameter (-o refcount_bits=) as qemu-img reads one
+ * (qemu_strtou64: base 0, no suffix), with its messages. */
+int img_parse_number_param(const char *file, const char *key, const char *arg, uint64_t *out);
 
 /* Output. */
 void img_size_str(uint64_t v, char *buf, size_t n); /* "1.25 MiB", like qemu-img */

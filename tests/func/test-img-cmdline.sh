@@ -101,6 +101,43 @@ for c in "1.999999999999999999999999999G 2147483648" "1.99999999999999999999M 20
 done
 img_status 1 create -f raw i.raw 1.0000000000000000000001
 echo "$nsizes sizes read as qemu-img reads them"
+# The other size and number options, next to qemu-img's: bench's -s, -S and -o (its
+# "Sending" line and exit status), create's -o cluster_size= and extent_size_hint= (sizes)
+# and refcount_bits= (a number: base 0, no suffix), their Formatting line and exit status.
+truncate -s 1M r.raw
+# same_as_qemu STDOUT_LINES ARGS...: ioplane ARGS and qemu-img ARGS exit alike and print
+# the same first STDOUT_LINES lines, the image's name aside.
+same_as_qemu() {
+	local lines=$1 qrc=0
+	shift
+	rm -f q.img i.img
+	qemu-img "${@//@/q.img}" >q.out 2>/dev/null || qrc=$?
+	img_status "$qrc" "${@//@/i.img}"
+	diff -u <(head -n "$lines" q.out | sed 's/q\.img/F/') \
+		<(head -n "$lines" "$OUT" | sed 's/i\.img/F/') || fail "$*: not what qemu-img does"
+	nsizes=$((nsizes + 1))
+}
+for s in 4k 1.1k 0x1000 ' 4k' +4k 4096b 4KiB 1e3 10Q -1 '' 0.5k 2G 0x1k 1.0000001k; do
+	same_as_qemu 1 bench -f raw -c 1 -s "$s" r.raw
+	same_as_qemu 1 bench -f raw -c 2 -S "$s" r.raw
+	same_as_qemu 1 bench -f raw -c 1 -o "$s" r.raw
+done
+for o in cluster_size=0x10000 "cluster_size= 64k" cluster_size=+64k cluster_size=0.5M \
+	cluster_size=65536b cluster_size=1.5k cluster_size=bad cluster_size=99999999999999999999 \
+	refcount_bits=0x10 refcount_bits=020 "refcount_bits= 8" refcount_bits=+16 refcount_bits=1k \
+	refcount_bits=16.0 refcount_bits= refcount_bits=99999999999999999999; do
+	same_as_qemu 1 create -f qcow2 -o "$o" @ 1M
+done
+for o in extent_size_hint=1M extent_size_hint=0x100000 extent_size_hint=0.5M \
+	extent_size_hint=+1M extent_size_hint=10Q extent_size_hint=0 \
+	extent_size_hint=1M,preallocation=falloc; do
+	same_as_qemu 1 create -f raw -o "$o" @ 1M
+done
+img_status 1 create -f qcow2 -o refcount_bits=1k x.qcow2 1M
+expect_grep "$ERR" "x\.qcow2: Parameter 'refcount_bits' expects a number$"
+img_status 1 create -f raw -o extent_size_hint=10Q x.raw 1M
+expect_grep "$ERR" "x\.raw: Parameter 'extent_size_hint' expects a non-negative number"
+echo "$nsizes sizes and numbers read as qemu-img reads them"
 # -o size= too, and the drivers get the number qemu-img would.
 img create -f qcow2 -o size=1.1k q.qcow2
 expect_grep "$OUT" " size=1126 "
