@@ -18,6 +18,7 @@
 #include "cmd/img-int.h"
 #include "loop/loop.h"
 #include "util/opts.h"
+#include "util/path.h"
 
 struct create_args {
 	struct img_args c;
@@ -312,7 +313,7 @@ static int create_backing_size(const char *image, const char *backing, const cha
 	struct img_open_opts oo = { .fmt = fmt, .flags = IMG_OPEN_FORCE_SHARE };
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
-	char *path = img_path_relative(image, backing);
+	char *path = path_relative(image, backing);
 	int ret = path ? img_loop_start(&loop) : -ENOMEM;
 
 	if (!ret)

@@ -19,6 +19,7 @@
 #include "cmd/cmd.h"
 #include "cmd/img-int.h"
 #include "loop/loop.h"
+#include "util/path.h"
 
 #define CHECK_EXIT_UNSUPPORTED 63
 
@@ -56,7 +57,7 @@ static int info_layer_get(struct blk_node *bs, const char *filename, const char 
 	ret = qcow2_get_bitmaps(bs, &l->bitmaps, &l->nb_bitmaps, err, errlen);
 	if (ret)
 		return ret;
-	if (l->q.backing_file && !(l->full_backing = img_path_relative(filename,
+	if (l->q.backing_file && !(l->full_backing = path_relative(filename,
 									 l->q.backing_file)))
 		return -ENOMEM;
 	return 0;

@@ -138,9 +138,6 @@ int img_parse_number_param(const char *file, const char *key, const char *arg, u
 void img_size_str(uint64_t v, char *buf, size_t n); /* "1.25 MiB", like qemu-img */
 void img_json_str(FILE *f, const char *s);          /* quoted and escaped */
 void img_indent(FILE *f, int level);                /* 4 spaces per level */
-/* Path of `name` (a backing file as written in a header) relative to the
- * directory of `image`, the way the qcow2 driver resolves it. Caller frees. */
-char *img_path_relative(const char *image, const char *name);
 /* The virtual size qemu-img shows: a raw image's is rounded up to a whole
  * 512-byte sector (the rest reads as zeroes), as QEMU sizes it. */
 uint64_t img_size(struct blk_node *bs);

@@ -15,6 +15,7 @@
 #include "cmd/cmd.h"
 #include "cmd/img-int.h"
 #include "loop/loop.h"
+#include "util/path.h"
 
 /* One layer of the chain: its node and the names qemu-img shows for it. */
 struct map_layer {
@@ -76,7 +77,7 @@ static int map_layers(struct blk_node *bs, const char *file, struct map_layer *v
 			ret = -ENOMEM;
 		v[*n].prealloc = map_prealloc(bs, v[*n].file);
 		/* A backing file given as an option has no name in the header. */
-		name = img_path_relative(v[*n].file, q.backing_file ? q.backing_file : "");
+		name = path_relative(v[*n].file, q.backing_file ? q.backing_file : "");
 		qcow2_info_free(&q);
 		(*n)++;
 	}

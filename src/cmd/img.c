@@ -300,23 +300,6 @@ void img_indent(FILE *f, int level)
 		fputs("    ", f);
 }
 
-char *img_path_relative(const char *image, const char *name)
-{
-	const char *slash = strrchr(image, '/');
-	size_t dl;
-	char *p;
-
-	if (name[0] == '/' || !slash)
-		return strdup(name);
-	dl = (size_t)(slash - image) + 1;
-	p = malloc(dl + strlen(name) + 1);
-	if (p) {
-		memcpy(p, image, dl);
-		memcpy(p + dl, name, strlen(name) + 1);
-	}
-	return p;
-}
-
 uint64_t img_size(struct blk_node *bs)
 {
 	uint64_t size = blk_size(bs);
