@@ -30,8 +30,9 @@ int img_parse_output(const char *arg, enum img_output *out)
 
 int img_check_cache(const char *cache, bool source)
 {
-	static const char *const ok[] = { "none", "writeback", "writethrough", "directsync",
-					  "unsafe", "off", "on" };
+	static const char *const ok[] = {
+		"none", "writeback", "writethrough", "directsync", "unsafe", "off", "on",
+	};
 	size_t i;
 
 	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
@@ -43,16 +44,10 @@ int img_check_cache(const char *cache, bool source)
 
 static int img_suffix_shift(char c)
 {
-	switch (c) {
-	case 'b': case 'B': return 0;
-	case 'k': case 'K': return 10;
-	case 'm': case 'M': return 20;
-	case 'g': case 'G': return 30;
-	case 't': case 'T': return 40;
-	case 'p': case 'P': return 50;
-	case 'e': case 'E': return 60;
-	default: return -1;
-	}
+	static const char suffixes[] = "bkmgtpe"; /* bytes, then 2^10 each */
+	const char *p = c ? strchr(suffixes, tolower((unsigned char)c)) : NULL;
+
+	return p ? (int)(p - suffixes) * 10 : -1;
 }
 
 /* 0.DIGITS (n of them) of 2^shift bytes, rounded half up, exactly: the
@@ -143,7 +138,7 @@ static int img_num_parse(const char **p, struct img_num *n)
 
 int img_strtosz_quiet(const char *s, uint64_t *out, bool *hex_suffix)
 {
-	struct img_num n = { 0 };
+	struct img_num n = {0};
 	const char *p = s;
 	uint64_t fb;
 	int shift = -1, ret = img_num_parse(&p, &n);
@@ -185,12 +180,14 @@ int img_parse_size(const char *arg, const char *what, uint64_t *out)
 	int ret = img_strtosz(arg, out);
 
 	if (ret == -ERANGE || (!ret && *out > (uint64_t)INT64_MAX)) {
-		img_err("Invalid %s specified. Must be between 0 and %" PRId64 ".", what, INT64_MAX);
+		img_err("Invalid %s specified. Must be between 0 and %" PRId64 ".", what,
+			INT64_MAX);
 		return -ERANGE;
 	}
 	if (ret) {
 		img_err("Invalid %s specified. You may use k, M, G, T, P or E suffixes for "
-			"kilobytes, megabytes, gigabytes, terabytes, petabytes and exabytes.", what);
+			"kilobytes, megabytes, gigabytes, terabytes, petabytes and exabytes.",
+			what);
 		return -EINVAL;
 	}
 	return 0;
@@ -208,7 +205,8 @@ int img_parse_size_param(const char *file, const char *key, const char *arg, uin
 	if (ret) {
 		img_err("%s%sParameter '%s' expects a non-negative number below 2^64 (optional "
 			"suffix k, M, G, T, P or E means kilo-, mega-, giga-, tera-, peta- and "
-			"exabytes, respectively)", file ? file : "", file ? ": " : "", key);
+			"exabytes, respectively)",
+			file ? file : "", file ? ": " : "", key);
 		return -EINVAL;
 	}
 	return 0;
@@ -256,11 +254,11 @@ static const struct {
 	unsigned bit;
 	struct img_opt o;
 } img_common[] = {
-	{ IMG_C_FORMAT, { 'f', "format", true } },
-	{ IMG_C_OUTPUT, { IMG_OPT_OUTPUT, "output", true } },
-	{ IMG_C_FORCE_SHARE, { 'U', "force-share", false } },
-	{ IMG_C_QUIET, { 'q', "quiet", false } },
-	{ IMG_C_IMAGE_OPTS, { IMG_OPT_IMAGE_OPTS, "image-opts", false } },
+	{IMG_C_FORMAT, {'f', "format", true}},
+	{IMG_C_OUTPUT, {IMG_OPT_OUTPUT, "output", true}},
+	{IMG_C_FORCE_SHARE, {'U', "force-share", false}},
+	{IMG_C_QUIET, {'q', "quiet", false}},
+	{IMG_C_IMAGE_OPTS, {IMG_OPT_IMAGE_OPTS, "image-opts", false}},
 };
 
 static void img_opt_add(const struct img_opt *o, char *shorts, size_t *ns, struct option *longs,
@@ -272,14 +270,14 @@ static void img_opt_add(const struct img_opt *o, char *shorts, size_t *ns, struc
 			shorts[(*ns)++] = ':';
 	}
 	if (o->name)
-		longs[(*nl)++] = (struct option){ o->name, o->arg ? required_argument : no_argument,
-						  NULL, o->key };
+		longs[(*nl)++] = (struct option){o->name, o->arg ? required_argument : no_argument,
+						 NULL, o->key};
 }
 
 /* getopt's short option string and long options for cmd. */
 static void img_opts_build(const struct img_cmd *cmd, char *shorts, struct option *longs)
 {
-	static const struct img_opt help = { 'h', "help", false };
+	static const struct img_opt help = {'h', "help", false};
 	size_t ns = 0, nl = 0, i;
 
 	shorts[ns++] = ':';
@@ -290,23 +288,32 @@ static void img_opts_build(const struct img_cmd *cmd, char *shorts, struct optio
 	for (i = 0; cmd->opts && cmd->opts[i].key; i++)
 		img_opt_add(&cmd->opts[i], shorts, &ns, longs, &nl);
 	shorts[ns] = 0;
-	longs[nl] = (struct option){ 0 };
+	longs[nl] = (struct option){0};
 }
 
 static int img_common_opt(int c, const char *arg, struct img_args *a)
 {
 	switch (c) {
-	case 'f': a->fmt = arg; return 0;
-	case 'U': a->force_share = true; return 0;
-	case 'q': a->quiet = true; return 0;
-	case IMG_OPT_IMAGE_OPTS: a->image_opts = true; return 0;
-	case IMG_OPT_OUTPUT: return img_parse_output(arg, &a->out);
-	default: return 1; /* not a common option */
+	case 'f':
+		a->fmt = arg;
+		return 0;
+	case 'U':
+		a->force_share = true;
+		return 0;
+	case 'q':
+		a->quiet = true;
+		return 0;
+	case IMG_OPT_IMAGE_OPTS:
+		a->image_opts = true;
+		return 0;
+	case IMG_OPT_OUTPUT:
+		return img_parse_output(arg, &a->out);
+	default:
+		return 1; /* not a common option */
 	}
 }
 
-int img_parse_args(const struct img_cmd *cmd, int argc, char **argv, void *ctx,
-		   struct img_args *a)
+int img_parse_args(const struct img_cmd *cmd, int argc, char **argv, void *ctx, struct img_args *a)
 {
 	char shorts[3 * IMG_MAX_OPTS];
 	struct option longs[IMG_MAX_OPTS + 1];

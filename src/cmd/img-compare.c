@@ -69,8 +69,7 @@ static void cmp_say(const struct cmp *c, const char *fmt, uint64_t v)
 
 /* Offset of the first CMP_SECTOR-block of buf (at image offset off) that
  * differs from ref (NULL: zeroes), or UINT64_MAX. */
-static uint64_t cmp_first_diff(const uint8_t *buf, const uint8_t *ref, uint64_t off,
-			       uint64_t len)
+static uint64_t cmp_first_diff(const uint8_t *buf, const uint8_t *ref, uint64_t off, uint64_t len)
 {
 	static const uint8_t zero[CMP_SECTOR];
 	uint64_t i, k;
@@ -183,10 +182,11 @@ static int cmp_run(struct cmp *c)
 
 static void cmp_usage(FILE *f)
 {
-	fprintf(f, "Usage: ioplane img compare [-f FMT] [-F FMT | --image-opts] [-T CACHE] [-p] [-q]\n"
-		   "         [-s] [-U] FILE1 FILE2\n\n"
-		   "Exit status: 0 identical, 1 different (or a bad command line), 2 cannot open\n"
-		   "an image, 3 block status failed, 4 read failed.\n");
+	fprintf(f,
+		"Usage: ioplane img compare [-f FMT] [-F FMT | --image-opts] [-T CACHE] [-p] [-q]\n"
+		"         [-s] [-U] FILE1 FILE2\n\n"
+		"Exit status: 0 identical, 1 different (or a bad command line), 2 cannot open\n"
+		"an image, 3 block status failed, 4 read failed.\n");
 }
 
 static int cmp_opt(void *ctx, int key, const char *arg)
@@ -194,9 +194,15 @@ static int cmp_opt(void *ctx, int key, const char *arg)
 	struct cmp_args *a = ctx;
 
 	switch (key) {
-	case 'F': a->fmt2 = arg; return 0;
-	case 'p': a->progress = true; return 0;
-	case 's': a->strict = true; return 0;
+	case 'F':
+		a->fmt2 = arg;
+		return 0;
+	case 'p':
+		a->progress = true;
+		return 0;
+	case 's':
+		a->strict = true;
+		return 0;
 	default: /* -T: checked when the images are opened, as qemu-img does */
 		a->cache = arg;
 		return 0;
@@ -204,14 +210,18 @@ static int cmp_opt(void *ctx, int key, const char *arg)
 }
 
 static const struct img_opt cmp_opts[] = {
-	{ 'F', NULL, true }, { 'T', NULL, true }, { 'p', NULL, false }, { 's', NULL, false },
-	{ 0 },
+	{'F', NULL, true}, {'T', NULL, true}, {'p', NULL, false}, {'s', NULL, false}, {0},
 };
 
 static const struct img_cmd cmp_cmd = {
-	.name = "compare", .common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
-	.opts = cmp_opts, .opt = cmp_opt, .usage = cmp_usage,
-	.min_files = 2, .max_files = 2, .files_err = "Expecting two image file names",
+	.name = "compare",
+	.common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = cmp_opts,
+	.opt = cmp_opt,
+	.usage = cmp_usage,
+	.min_files = 2,
+	.max_files = 2,
+	.files_err = "Expecting two image file names",
 };
 
 static int cmp_open(struct cmp *c)
@@ -237,8 +247,8 @@ static int cmp_open(struct cmp *c)
 
 int cmd_img_compare(int argc, char **argv)
 {
-	struct cmp_args a = { 0 };
-	struct cmp c = { .a = &a };
+	struct cmp_args a = {0};
+	struct cmp c = {.a = &a};
 	struct loop *loop = NULL;
 	int ret = img_parse_args(&cmp_cmd, argc, argv, &a, &a.c);
 

@@ -53,15 +53,15 @@ struct cv_worker {
 struct cv {
 	const struct cv_args *a;
 	struct blk_node *src, *dst;
-	uint64_t size;       /* bytes to copy */
-	uint64_t next;       /* first byte no worker has taken */
-	uint64_t seq_next;   /* sequence number of the next range taken */
-	uint64_t wr_seq;     /* in order: the range whose writes may go now */
+	uint64_t size;     /* bytes to copy */
+	uint64_t next;     /* first byte no worker has taken */
+	uint64_t seq_next; /* sequence number of the next range taken */
+	uint64_t wr_seq;   /* in order: the range whose writes may go now */
 	uint64_t done_bytes;
-	uint64_t gran;       /* zero-detection block (0: none) */
+	uint64_t gran; /* zero-detection block (0: none) */
 	uint64_t dst_cluster;
-	bool dst_zero;       /* the target reads as zeroes where not written */
-	bool dst_backing;    /* the target has a backing file */
+	bool dst_zero;    /* the target reads as zeroes where not written */
+	bool dst_backing; /* the target has a backing file */
 	unsigned active;
 	int err;
 	struct img_progress prog;
@@ -89,7 +89,7 @@ static void cv_io_cb(struct blk_request *req, int ret)
 /* Submit req and wait for it (async contract: never completes inside). */
 static int cv_io(struct blk_node *bs, struct blk_request *req)
 {
-	struct cv_wait w = { .co = coroutine_self() };
+	struct cv_wait w = {.co = coroutine_self()};
 	int ret;
 
 	req->cb = cv_io_cb;
@@ -108,8 +108,8 @@ static int cv_io(struct blk_node *bs, struct blk_request *req)
 static int cv_rw(struct blk_node *bs, uint8_t op, uint64_t off, void *buf, uint64_t len,
 		 uint32_t flags)
 {
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	struct blk_request req = { .op = op, .flags = flags, .offset = off, .len = len };
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct blk_request req = {.op = op, .flags = flags, .offset = off, .len = len};
 
 	if (op == BLK_OP_READ || op == BLK_OP_WRITE) {
 		req.iov = &iov;
@@ -128,7 +128,7 @@ static int cv_status(struct cv *s, uint64_t off, uint64_t *len, enum cv_kind *ki
 	int ret;
 
 	for (;;) {
-		req = (struct blk_request){ .op = BLK_OP_BLOCK_STATUS, .offset = off, .len = *len };
+		req = (struct blk_request){.op = BLK_OP_BLOCK_STATUS, .offset = off, .len = *len};
 		ret = cv_io(bs, &req);
 		if (ret)
 			return ret;
@@ -409,8 +409,12 @@ static void cv_free(struct cv *s)
 static int cv_create_target(const struct cv_args *a, uint64_t size)
 {
 	struct img_create c = {
-		.fmt = a->dst_fmt, .file = a->dst, .backing = a->backing,
-		.backing_fmt = a->backing_fmt, .o = (struct kv_opts *)&a->o, .size = size,
+		.fmt = a->dst_fmt,
+		.file = a->dst,
+		.backing = a->backing,
+		.backing_fmt = a->backing_fmt,
+		.o = (struct kv_opts *)&a->o,
+		.size = size,
 		.quiet = true,
 	};
 
@@ -421,7 +425,7 @@ static int cv_open(struct cv *s, const struct cv_args *a)
 {
 	/* As qemu-img: the source must not change under the copy (unless -U). */
 	struct img_open_opts so;
-	struct img_open_opts dopt = { .fmt = a->dst_fmt, .flags = IMG_OPEN_RW, .cache = a->cache };
+	struct img_open_opts dopt = {.fmt = a->dst_fmt, .flags = IMG_OPEN_RW, .cache = a->cache};
 	int ret;
 
 	img_open_opts_from(&so, &a->c);
@@ -507,7 +511,8 @@ static int cv_opt_num(const char *arg, struct cv_args *a)
 {
 	if (parse_u64(arg, &a->workers) || a->workers < 1 || a->workers > CV_MAX_WORKERS) {
 		img_err("Invalid number of coroutines. Allowed number of coroutines is between 1 "
-			"and %d", CV_MAX_WORKERS);
+			"and %d",
+			CV_MAX_WORKERS);
 		return -EINVAL;
 	}
 	return 0;
@@ -521,7 +526,8 @@ static int cv_opt_sparse(const char *arg, struct cv_args *a)
 	if (ret == -EINVAL)
 		return ret;
 	if (ret || a->sparse % 512 || a->sparse > (16u << 20)) {
-		img_err("Invalid buffer size for sparse output specified. Valid sizes are multiples "
+		img_err("Invalid buffer size for sparse output specified. Valid sizes are "
+			"multiples "
 			"of 512 up to 16777216. Select 0 to disable sparse detection (fully "
 			"allocates output).");
 		return -EINVAL;
@@ -534,18 +540,40 @@ static int cv_opt(void *ctx, int c, const char *arg)
 	struct cv_args *a = ctx;
 
 	switch (c) {
-	case 'O': a->dst_fmt = arg; return 0;
-	case 'B': a->backing = arg; return 0;
-	case 'F': a->backing_fmt = arg; return 0;
-	case 'c': a->compress = true; return 0;
-	case 'n': a->no_create = true; return 0;
-	case 'p': a->progress = true; return 0;
-	case 'W': a->in_order = false; return 0;
-	case 'm': return cv_opt_num(arg, a);
-	case 'S': return cv_opt_sparse(arg, a);
-	case 't': a->cache = arg; return img_check_cache(arg, false);
-	case 'T': a->src_cache = arg; return img_check_cache(arg, true);
-	case OPT_TARGET_ZERO: a->target_zero = true; return 0;
+	case 'O':
+		a->dst_fmt = arg;
+		return 0;
+	case 'B':
+		a->backing = arg;
+		return 0;
+	case 'F':
+		a->backing_fmt = arg;
+		return 0;
+	case 'c':
+		a->compress = true;
+		return 0;
+	case 'n':
+		a->no_create = true;
+		return 0;
+	case 'p':
+		a->progress = true;
+		return 0;
+	case 'W':
+		a->in_order = false;
+		return 0;
+	case 'm':
+		return cv_opt_num(arg, a);
+	case 'S':
+		return cv_opt_sparse(arg, a);
+	case 't':
+		a->cache = arg;
+		return img_check_cache(arg, false);
+	case 'T':
+		a->src_cache = arg;
+		return img_check_cache(arg, true);
+	case OPT_TARGET_ZERO:
+		a->target_zero = true;
+		return 0;
 	default: /* -o */
 		if (!kv_parse(&a->o, arg, NULL))
 			return 0;
@@ -555,17 +583,31 @@ static int cv_opt(void *ctx, int c, const char *arg)
 }
 
 static const struct img_opt cv_opts[] = {
-	{ 'O', NULL, true }, { 'o', NULL, true }, { 'B', NULL, true }, { 'F', NULL, true },
-	{ 'c', NULL, false }, { 'n', NULL, false }, { 'p', NULL, false }, { 'W', NULL, false },
-	{ 'm', NULL, true }, { 'S', NULL, true }, { 't', NULL, true }, { 'T', NULL, true },
-	{ OPT_TARGET_ZERO, "target-is-zero", false },
-	{ 0 },
+	{'O', NULL, true},
+	{'o', NULL, true},
+	{'B', NULL, true},
+	{'F', NULL, true},
+	{'c', NULL, false},
+	{'n', NULL, false},
+	{'p', NULL, false},
+	{'W', NULL, false},
+	{'m', NULL, true},
+	{'S', NULL, true},
+	{'t', NULL, true},
+	{'T', NULL, true},
+	{OPT_TARGET_ZERO, "target-is-zero", false},
+	{0},
 };
 
 static const struct img_cmd cv_cmd = {
-	.name = "convert", .common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
-	.opts = cv_opts, .opt = cv_opt, .usage = cv_usage,
-	.min_files = 2, .max_files = 2, .files_err = "Expecting one source and one target image",
+	.name = "convert",
+	.common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = cv_opts,
+	.opt = cv_opt,
+	.usage = cv_usage,
+	.min_files = 2,
+	.max_files = 2,
+	.files_err = "Expecting one source and one target image",
 };
 
 /* Cross-option checks, in qemu-img's words where it has them. */
@@ -598,7 +640,7 @@ static int cv_parse(int argc, char **argv, struct cv_args *a)
 {
 	int ret;
 
-	*a = (struct cv_args){ .workers = 8, .sparse = 4096, .in_order = true };
+	*a = (struct cv_args){.workers = 8, .sparse = 4096, .in_order = true};
 	ret = img_parse_args(&cv_cmd, argc, argv, a, &a->c);
 	if (ret)
 		return ret;

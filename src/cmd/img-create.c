@@ -29,16 +29,15 @@ struct create_args {
 
 static void create_usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: ioplane img create [-q] [-f raw|qcow2] [-o OPTIONS] [-b BACKING_FILE\n"
-		"         [-F BACKING_FMT]] [-u] FILE [SIZE]\n\n"
-		"qcow2 options (-o KEY=VALUE,...): cluster_size=512..2M, compat=0.10|1.1,\n"
-		"  extended_l2=on|off, lazy_refcounts=on|off, refcount_bits=1..64,\n"
-		"  preallocation=off|metadata|falloc|full, backing_file=, backing_fmt=,\n"
-		"  compression_type=zlib|zstd, data_file=, data_file_raw=on|off\n"
-		"raw options: preallocation=off|falloc|full\n"
-		"SIZE: bytes, or with a k, M, G, T, P or E suffix; optional with a backing\n"
-		"file (its size is used)\n");
+	fprintf(f, "Usage: ioplane img create [-q] [-f raw|qcow2] [-o OPTIONS] [-b BACKING_FILE\n"
+		   "         [-F BACKING_FMT]] [-u] FILE [SIZE]\n\n"
+		   "qcow2 options (-o KEY=VALUE,...): cluster_size=512..2M, compat=0.10|1.1,\n"
+		   "  extended_l2=on|off, lazy_refcounts=on|off, refcount_bits=1..64,\n"
+		   "  preallocation=off|metadata|falloc|full, backing_file=, backing_fmt=,\n"
+		   "  compression_type=zlib|zstd, data_file=, data_file_raw=on|off\n"
+		   "raw options: preallocation=off|falloc|full\n"
+		   "SIZE: bytes, or with a k, M, G, T, P or E suffix; optional with a backing\n"
+		   "file (its size is used)\n");
 }
 
 static int create_parse_opt(void *ctx, int key, const char *arg)
@@ -46,9 +45,15 @@ static int create_parse_opt(void *ctx, int key, const char *arg)
 	struct create_args *a = ctx;
 
 	switch (key) {
-	case 'b': a->backing = arg; return 0;
-	case 'F': a->backing_fmt = arg; return 0;
-	case 'u': a->unsafe = true; return 0;
+	case 'b':
+		a->backing = arg;
+		return 0;
+	case 'F':
+		a->backing_fmt = arg;
+		return 0;
+	case 'u':
+		a->unsafe = true;
+		return 0;
 	default: /* -o */
 		if (!strcmp(arg, "help") || !strcmp(arg, "?")) {
 			create_usage(stdout);
@@ -63,14 +68,17 @@ static int create_parse_opt(void *ctx, int key, const char *arg)
 }
 
 static const struct img_opt create_opts[] = {
-	{ 'o', NULL, true }, { 'b', NULL, true }, { 'F', NULL, true }, { 'u', NULL, false },
-	{ 0 },
+	{'o', NULL, true}, {'b', NULL, true}, {'F', NULL, true}, {'u', NULL, false}, {0},
 };
 
 static const struct img_cmd create_cmd = {
-	.name = "create", .common = IMG_C_FORMAT | IMG_C_QUIET,
-	.opts = create_opts, .opt = create_parse_opt, .usage = create_usage,
-	.min_files = 1, .max_files = 2,
+	.name = "create",
+	.common = IMG_C_FORMAT | IMG_C_QUIET,
+	.opts = create_opts,
+	.opt = create_parse_opt,
+	.usage = create_usage,
+	.min_files = 1,
+	.max_files = 2,
 	.files_err = "Expecting image file name and optional size",
 };
 
@@ -117,8 +125,7 @@ static int raw_prealloc(int fd, const char *mode, uint64_t size)
 	return 0;
 }
 
-static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint,
-		    bool *hint_given)
+static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint, bool *hint_given)
 {
 	size_t i;
 
@@ -196,7 +203,7 @@ static int create_raw(const struct img_create *c)
 
 /* ---- qcow2 ---- */
 
-static const char *const prealloc_names[] = { "off", "metadata", "falloc", "full" };
+static const char *const prealloc_names[] = {"off", "metadata", "falloc", "full"};
 
 static const char *create_opt(const struct img_create *c, const char *key)
 {
@@ -278,7 +285,7 @@ static int create_qcow2_opts(const struct img_create *c, struct qcow2_create_opt
 
 static int create_qcow2(const struct img_create *c)
 {
-	struct qcow2_create_opts q = { 0 };
+	struct qcow2_create_opts q = {0};
 	char err[256] = "";
 	int ret = create_qcow2_opts(c, &q);
 
@@ -310,7 +317,7 @@ int img_create_image(const struct img_create *c)
 static int create_backing_size(const char *image, const char *backing, const char *fmt,
 			       uint64_t *size)
 {
-	struct img_open_opts oo = { .fmt = fmt, .flags = IMG_OPEN_FORCE_SHARE };
+	struct img_open_opts oo = {.fmt = fmt, .flags = IMG_OPEN_FORCE_SHARE};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	char *path = path_relative(image, backing);
@@ -361,8 +368,8 @@ static int create_size(struct create_args *a, uint64_t *size)
 
 int cmd_img_create(int argc, char **argv)
 {
-	struct create_args a = { 0 };
-	struct img_create c = { 0 };
+	struct create_args a = {0};
+	struct img_create c = {0};
 	int ret = create_parse(argc, argv, &a);
 
 	if (!ret && (!a.fmt || !strcmp(a.fmt, "raw")) && (a.backing || a.backing_fmt)) {
@@ -372,9 +379,13 @@ int cmd_img_create(int argc, char **argv)
 	if (!ret)
 		ret = create_size(&a, &c.size);
 	if (!ret) {
-		c = (struct img_create){ .fmt = a.fmt ? a.fmt : "raw", .file = a.file,
-					 .backing = a.backing, .backing_fmt = a.backing_fmt,
-					 .o = &a.o, .size = c.size, .quiet = a.quiet };
+		c = (struct img_create){.fmt = a.fmt ? a.fmt : "raw",
+					.file = a.file,
+					.backing = a.backing,
+					.backing_fmt = a.backing_fmt,
+					.o = &a.o,
+					.size = c.size,
+					.quiet = a.quiet};
 		ret = img_create_image(&c);
 	}
 	kv_free(&a.o);
@@ -408,14 +419,19 @@ static int resize_opt(void *ctx, int key, const char *arg)
 }
 
 static const struct img_opt resize_opts[] = {
-	{ OPT_SHRINK, "shrink", false },
-	{ 0 },
+	{OPT_SHRINK, "shrink", false},
+	{0},
 };
 
 static const struct img_cmd resize_cmd = {
-	.name = "resize", .common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE,
-	.opts = resize_opts, .opt = resize_opt, .usage = resize_usage,
-	.min_files = 1, .max_files = 1, .files_err = "Expecting image file name and size",
+	.name = "resize",
+	.common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE,
+	.opts = resize_opts,
+	.opt = resize_opt,
+	.usage = resize_usage,
+	.min_files = 1,
+	.max_files = 1,
+	.files_err = "Expecting image file name and size",
 };
 
 static bool resize_is_help(const char *arg)
@@ -487,8 +503,8 @@ static int resize_run(const struct resize_args *a, struct blk_node *bs, const ch
 
 int cmd_img_resize(int argc, char **argv)
 {
-	struct resize_args a = { 0 };
-	struct img_open_opts oo = { .flags = IMG_OPEN_RW | IMG_OPEN_RESIZE };
+	struct resize_args a = {0};
+	struct img_open_opts oo = {.flags = IMG_OPEN_RW | IMG_OPEN_RESIZE};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	const char *fmt = NULL;

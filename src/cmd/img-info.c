@@ -28,12 +28,12 @@ struct info_layer {
 	const char *filename; /* as shown */
 	const char *format;
 	uint64_t virtual_size;
-	int64_t actual_size;  /* -1: unknown */
+	int64_t actual_size; /* -1: unknown */
 	bool is_qcow2;
 	struct qcow2_info q;
 	struct qcow2_bitmap_info *bitmaps;
 	unsigned nb_bitmaps;
-	char *full_backing;   /* backing file path resolved against filename */
+	char *full_backing; /* backing file path resolved against filename */
 };
 
 /* ---- gathering ---- */
@@ -57,8 +57,7 @@ static int info_layer_get(struct blk_node *bs, const char *filename, const char 
 	ret = qcow2_get_bitmaps(bs, &l->bitmaps, &l->nb_bitmaps, err, errlen);
 	if (ret)
 		return ret;
-	if (l->q.backing_file && !(l->full_backing = path_relative(filename,
-									 l->q.backing_file)))
+	if (l->q.backing_file && !(l->full_backing = path_relative(filename, l->q.backing_file)))
 		return -ENOMEM;
 	return 0;
 }
@@ -104,7 +103,7 @@ static void info_human_snapshots(const struct qcow2_info *q)
 static const struct {
 	uint32_t bit;
 	const char *name;
-} info_bm_flags[] = { { QCOW2_BITMAP_IN_USE, "in-use" }, { QCOW2_BITMAP_AUTO, "auto" } };
+} info_bm_flags[] = {{QCOW2_BITMAP_IN_USE, "in-use"}, {QCOW2_BITMAP_AUTO, "auto"}};
 
 static void info_human_bitmaps(const struct info_layer *l)
 {
@@ -155,7 +154,8 @@ static void info_human(const struct info_layer *l)
 	else
 		snprintf(ds, sizeof(ds), "unavailable");
 	printf("image: %s\nfile format: %s\nvirtual size: %s (%" PRIu64 " bytes)\n"
-	       "disk size: %s\n", l->filename, l->format, vs, l->virtual_size, ds);
+	       "disk size: %s\n",
+	       l->filename, l->format, vs, l->virtual_size, ds);
 	if (!l->is_qcow2)
 		return;
 	printf("cluster_size: %" PRIu64 "\n", l->q.cluster_size);
@@ -355,19 +355,23 @@ static int info_opt(void *ctx, int key, const char *arg)
 }
 
 static const struct img_opt info_opts[] = {
-	{ OPT_BACKING_CHAIN, "backing-chain", false },
-	{ 0 },
+	{OPT_BACKING_CHAIN, "backing-chain", false},
+	{0},
 };
 
 static const struct img_cmd info_cmd = {
-	.name = "info", .common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
-	.opts = info_opts, .opt = info_opt, .usage = info_usage,
-	.min_files = 1, .max_files = 1, .files_err = "Expecting one image file name",
+	.name = "info",
+	.common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = info_opts,
+	.opt = info_opt,
+	.usage = info_usage,
+	.min_files = 1,
+	.max_files = 1,
+	.files_err = "Expecting one image file name",
 };
 
 /* Print one layer; the chain's layers are separated like qemu-img's. */
-static void info_print(const struct info_args *a, const struct info_layer *l, unsigned i,
-		       bool last)
+static void info_print(const struct info_args *a, const struct info_layer *l, unsigned i, bool last)
 {
 	if (a->c.out == IMG_OUT_HUMAN) {
 		if (i)
@@ -397,8 +401,8 @@ static int info_walk(const struct info_args *a, struct blk_node *bs, const char 
 		err[0] = 0;
 		ret = info_layer_get(bs, name ? name : a->file, fmt, &l, err, sizeof(err));
 		if (ret) {
-			img_err("%s: cannot read the image information: %s",
-				name ? name : a->file, err[0] ? err : strerror(-ret));
+			img_err("%s: cannot read the image information: %s", name ? name : a->file,
+				err[0] ? err : strerror(-ret));
 			info_layer_free(&l);
 			break;
 		}
@@ -421,8 +425,8 @@ static int info_walk(const struct info_args *a, struct blk_node *bs, const char 
 
 int cmd_img_info(int argc, char **argv)
 {
-	struct info_args a = { 0 };
-	struct img_open_opts oo = { 0 };
+	struct info_args a = {0};
+	struct img_open_opts oo = {0};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	const char *fmt = NULL;
@@ -484,16 +488,20 @@ static int check_opt(void *ctx, int key, const char *arg)
 }
 
 static const struct img_opt check_opts[] = {
-	{ 'r', "repair", true },
-	{ 'T', NULL, true },
-	{ 0 },
+	{'r', "repair", true},
+	{'T', NULL, true},
+	{0},
 };
 
 static const struct img_cmd check_cmd = {
 	.name = "check",
 	.common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_QUIET | IMG_C_IMAGE_OPTS,
-	.opts = check_opts, .opt = check_opt, .usage = check_usage,
-	.min_files = 1, .max_files = 1, .files_err = "Expecting one image file name",
+	.opts = check_opts,
+	.opt = check_opt,
+	.usage = check_usage,
+	.min_files = 1,
+	.max_files = 1,
+	.files_err = "Expecting one image file name",
 };
 
 static void check_human(const struct qcow2_check_result *r)
@@ -502,16 +510,19 @@ static void check_human(const struct qcow2_check_result *r)
 		printf("No errors were found on the image.\n");
 	if (r->corruptions)
 		printf("\n%" PRIu64 " errors were found on the image.\nData may be corrupted, or "
-		       "further writes to the image may corrupt it.\n", r->corruptions);
+		       "further writes to the image may corrupt it.\n",
+		       r->corruptions);
 	if (r->leaks)
 		printf("\n%" PRIu64 " leaked clusters were found on the image.\nThis means waste "
-		       "of disk space, but no harm to data.\n", r->leaks);
+		       "of disk space, but no harm to data.\n",
+		       r->leaks);
 	if (r->check_errors)
 		printf("\n%" PRIu64 " internal errors have occurred during the check.\n",
 		       r->check_errors);
 	if (r->total_clusters && r->allocated_clusters)
 		printf("%" PRIu64 "/%" PRIu64 " = %0.2f%% allocated, %0.2f%% fragmented, %0.2f%% "
-		       "compressed clusters\n", r->allocated_clusters, r->total_clusters,
+		       "compressed clusters\n",
+		       r->allocated_clusters, r->total_clusters,
 		       (double)r->allocated_clusters * 100.0 / (double)r->total_clusters,
 		       (double)r->fragmented_clusters * 100.0 / (double)r->allocated_clusters,
 		       (double)r->compressed_clusters * 100.0 / (double)r->allocated_clusters);
@@ -557,8 +568,7 @@ static void check_line(void *opaque, const char *line)
 	fprintf(stderr, "%s\n", line);
 }
 
-static int check_do(const struct check_args *a, struct blk_node *bs,
-		    struct qcow2_check_result *r)
+static int check_do(const struct check_args *a, struct blk_node *bs, struct qcow2_check_result *r)
 {
 	uint64_t lf, cf;
 	int ret = qcow2_check_report(bs, a->repair, r, check_line, NULL);
@@ -570,7 +580,8 @@ static int check_do(const struct check_args *a, struct blk_node *bs,
 	if (a->c.out == IMG_OUT_HUMAN && !a->c.quiet)
 		printf("The following inconsistencies were found and repaired:\n\n"
 		       "    %" PRIu64 " leaked clusters\n    %" PRIu64 " corruptions\n\n"
-		       "Double checking the fixed image now...\n", lf, cf);
+		       "Double checking the fixed image now...\n",
+		       lf, cf);
 	ret = qcow2_check_report(bs, 0, r, check_line, NULL);
 	r->leaks_fixed = lf;
 	r->corruptions_fixed = cf;
@@ -600,8 +611,8 @@ static int check_run(const struct check_args *a, struct blk_node *bs)
 
 int cmd_img_check(int argc, char **argv)
 {
-	struct check_args a = { 0 };
-	struct img_open_opts oo = { 0 };
+	struct check_args a = {0};
+	struct img_open_opts oo = {0};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	int ret = img_parse_args(&check_cmd, argc, argv, &a, &a.c);

@@ -75,11 +75,11 @@ int img_create_image(const struct img_create *c);
 /* Command line (img-cmdline.c). A subcommand declares its options once, in
  * a struct img_cmd: the common ones by IMG_C_* bits (parsed into struct
  * img_args), its own in a table handed to its opt() callback. */
-#define IMG_C_FORMAT      (1u << 0) /* -f, --format FMT */
-#define IMG_C_OUTPUT      (1u << 1) /* --output=human|json */
+#define IMG_C_FORMAT (1u << 0)      /* -f, --format FMT */
+#define IMG_C_OUTPUT (1u << 1)      /* --output=human|json */
 #define IMG_C_FORCE_SHARE (1u << 2) /* -U, --force-share */
-#define IMG_C_QUIET       (1u << 3) /* -q, --quiet */
-#define IMG_C_IMAGE_OPTS  (1u << 4) /* --image-opts: FILE is an option list */
+#define IMG_C_QUIET (1u << 3)       /* -q, --quiet */
+#define IMG_C_IMAGE_OPTS (1u << 4)  /* --image-opts: FILE is an option list */
 /* Keys of long options without a short form: IMG_OPT_LOCAL and up are a
  * subcommand's own. */
 enum { IMG_OPT_OUTPUT = 256, IMG_OPT_IMAGE_OPTS, IMG_OPT_LOCAL };
@@ -98,22 +98,21 @@ struct img_cmd {
 	 * printed the usage (the command then exits 0). */
 	int (*opt)(void *ctx, int key, const char *arg);
 	void (*usage)(FILE *f);
-	int min_files, max_files;   /* operands */
-	const char *files_err;      /* qemu-img's message for a wrong count */
+	int min_files, max_files; /* operands */
+	const char *files_err;    /* qemu-img's message for a wrong count */
 };
 
 struct img_args {
 	const char *fmt;     /* -f, or NULL */
 	enum img_output out; /* --output */
 	bool force_share, quiet, image_opts;
-	char **files;        /* the operands */
+	char **files; /* the operands */
 	int nfiles;
 };
 
 /* 0: go on; 1: --help printed the usage (exit 0); -errno: a bad command
  * line, one line printed (exit 1, as in qemu-img). */
-int img_parse_args(const struct img_cmd *cmd, int argc, char **argv, void *ctx,
-		   struct img_args *a);
+int img_parse_args(const struct img_cmd *cmd, int argc, char **argv, void *ctx, struct img_args *a);
 int img_parse_output(const char *arg, enum img_output *out);
 /* A size as qemu-img reads one (qemu_strtosz): blanks and '+' first, decimal
  * or 0x hex digits, a decimal fraction (rounded half up to a byte; not for
@@ -155,7 +154,7 @@ void img_progress_end(struct img_progress *p);
 
 /* Block status of [off, off+len) on bs, synchronously: 0 with *status and
  * *n (1..len bytes), *host (with BLK_STATUS_OFFSET_VALID), or -errno. */
-int img_block_status(struct blk_node *bs, uint64_t off, uint64_t len, uint32_t *status,
-		     uint64_t *n, uint64_t *host);
+int img_block_status(struct blk_node *bs, uint64_t off, uint64_t len, uint32_t *status, uint64_t *n,
+		     uint64_t *host);
 
 #endif

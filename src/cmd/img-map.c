@@ -69,7 +69,7 @@ static int map_layers(struct blk_node *bs, const char *file, struct map_layer *v
 			ret = name ? -ELOOP : -ENOMEM;
 			break;
 		}
-		v[*n] = (struct map_layer){ .bs = bs, .file = name };
+		v[*n] = (struct map_layer){.bs = bs, .file = name};
 		name = NULL;
 		if (!qcow2_is(bs) || (ret = qcow2_get_info(bs, &q)))
 			break;
@@ -144,8 +144,7 @@ static int map_raw_status(struct blk_node *bs, uint64_t off, uint64_t *len, uint
 /* A qcow2 layer reads [off, +*len) as zeroes past the end of its backing
  * file: QEMU, whose raw backing file ends on a whole sector, reads the
  * rest of that sector from the backing file. */
-static bool map_in_padding(const struct map_layer *v, int d, int n, uint64_t off,
-			   uint64_t *len)
+static bool map_in_padding(const struct map_layer *v, int d, int n, uint64_t off, uint64_t *len)
 {
 	struct blk_node *bk = d + 1 < n ? v[d + 1].bs : NULL;
 
@@ -185,10 +184,15 @@ static int map_status(const struct map_layer *v, int n, uint64_t off, uint64_t l
 	    !(st & BLK_STATUS_ZERO))
 		map_zero_under(v[d].bs, host, &len, &st);
 	*e = (struct map_entry){
-		.start = off, .length = len, .depth = d,
-		.present = st & BLK_STATUS_ALLOCATED, .zero = st & BLK_STATUS_ZERO,
-		.data = st & BLK_STATUS_DATA, .has_offset = st & BLK_STATUS_OFFSET_VALID,
-		.offset = host, .file = v[d].data_file ? v[d].data_file : v[d].file,
+		.start = off,
+		.length = len,
+		.depth = d,
+		.present = st & BLK_STATUS_ALLOCATED,
+		.zero = st & BLK_STATUS_ZERO,
+		.data = st & BLK_STATUS_DATA,
+		.has_offset = st & BLK_STATUS_OFFSET_VALID,
+		.offset = host,
+		.file = v[d].data_file ? v[d].data_file : v[d].file,
 	};
 	return 0;
 }
@@ -209,9 +213,9 @@ static int map_print(const struct map_args *a, const struct map_entry *e, struct
 {
 	if (a->c.out == IMG_OUT_JSON) {
 		printf("{ \"start\": %" PRIu64 ", \"length\": %" PRIu64 ", \"depth\": %d, "
-		       "\"present\": %s, \"zero\": %s, \"data\": %s", e->start, e->length, e->depth,
-		       e->present ? "true" : "false", e->zero ? "true" : "false",
-		       e->data ? "true" : "false");
+		       "\"present\": %s, \"zero\": %s, \"data\": %s",
+		       e->start, e->length, e->depth, e->present ? "true" : "false",
+		       e->zero ? "true" : "false", e->data ? "true" : "false");
 		if (e->has_offset)
 			printf(", \"offset\": %" PRIu64, e->offset);
 		printf("}%s", next ? ",\n" : "");
@@ -234,7 +238,7 @@ static int map_print(const struct map_args *a, const struct map_entry *e, struct
 static int map_run(const struct map_args *a, const struct map_layer *v, int n)
 {
 	uint64_t size = img_size(v[0].bs), end, off;
-	struct map_entry cur = { 0 }, next;
+	struct map_entry cur = {0}, next;
 	int ret = 0;
 
 	end = a->has_max && a->max_len < size - a->start ? a->start + a->max_len : size;
@@ -285,22 +289,27 @@ static int map_opt(void *ctx, int key, const char *arg)
 }
 
 static const struct img_opt map_opts[] = {
-	{ OPT_START, "start-offset", true },
-	{ OPT_MAXLEN, "max-length", true },
-	{ 0 },
+	{OPT_START, "start-offset", true},
+	{OPT_MAXLEN, "max-length", true},
+	{0},
 };
 
 static const struct img_cmd map_cmd = {
-	.name = "map", .common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
-	.opts = map_opts, .opt = map_opt, .usage = map_usage,
-	.min_files = 1, .max_files = 1, .files_err = "Expecting one image file name",
+	.name = "map",
+	.common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = map_opts,
+	.opt = map_opt,
+	.usage = map_usage,
+	.min_files = 1,
+	.max_files = 1,
+	.files_err = "Expecting one image file name",
 };
 
 int cmd_img_map(int argc, char **argv)
 {
-	struct map_args a = { 0 };
-	struct img_open_opts oo = { 0 };
-	struct map_layer v[MAP_MAX_DEPTH] = { { 0 } };
+	struct map_args a = {0};
+	struct img_open_opts oo = {0};
+	struct map_layer v[MAP_MAX_DEPTH] = {{0}};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	int n = 0, ret = img_parse_args(&map_cmd, argc, argv, &a, &a.c);

@@ -34,7 +34,7 @@ void img_err(const char *fmt, ...)
 
 int img_loop_start(struct loop **out)
 {
-	struct loop_opts lo = { .backend = LOOP_BACKEND_AUTO, .poll_max_ns = -1 };
+	struct loop_opts lo = {.backend = LOOP_BACKEND_AUTO, .poll_max_ns = -1};
 	int ret = loop_new(&lo, out);
 
 	if (ret < 0) {
@@ -129,7 +129,7 @@ static const char *img_kv_peek(const struct kv_opts *o, const char *key)
 static int img_open_spec(const char *spec, const struct img_open_opts *oo, struct blk_node **out,
 			 const char **fmt, char *err, size_t errlen)
 {
-	struct kv_opts o = { 0 }, e = { 0 };
+	struct kv_opts o = {0}, e = {0};
 	const char *f, *drv;
 	char extra[128];
 	int ret = kv_parse(&o, spec, NULL);
@@ -198,7 +198,7 @@ opened:
 
 void img_size_str(uint64_t v, char *buf, size_t n)
 {
-	static const char *const suffix[] = { "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei" };
+	static const char *const suffix[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
 
 	/* Switch to the next unit once the number would reach 1000, so that it
 	 * always prints with at most three digits before the point. */
@@ -223,7 +223,7 @@ void img_size_str(uint64_t v, char *buf, size_t n)
  * byte), which it replaces with U+FFFD. *end moves past what was read. */
 static long img_utf8_cp(const unsigned char *p, const unsigned char **end)
 {
-	static const long min_cp[5] = { 0x80, 0x800, 0x10000, 0x200000, 0x4000000 };
+	static const long min_cp[5] = {0x80, 0x800, 0x10000, 0x200000, 0x4000000};
 	unsigned len = 0, i, mask;
 	long cp;
 
@@ -255,14 +255,22 @@ static long img_utf8_cp(const unsigned char *p, const unsigned char **end)
 static char img_json_esc(unsigned char c)
 {
 	switch (c) {
-	case '"': return '"';
-	case '\\': return '\\';
-	case '\b': return 'b';
-	case '\f': return 'f';
-	case '\n': return 'n';
-	case '\r': return 'r';
-	case '\t': return 't';
-	default: return 0;
+	case '"':
+		return '"';
+	case '\\':
+		return '\\';
+	case '\b':
+		return 'b';
+	case '\f':
+		return 'f';
+	case '\n':
+		return 'n';
+	case '\r':
+		return 'r';
+	case '\t':
+		return 't';
+	default:
+		return 0;
 	}
 }
 
@@ -355,10 +363,10 @@ void img_progress_end(struct img_progress *p)
 
 /* ---- block status ---- */
 
-int img_block_status(struct blk_node *bs, uint64_t off, uint64_t len, uint32_t *status,
-		     uint64_t *n, uint64_t *host)
+int img_block_status(struct blk_node *bs, uint64_t off, uint64_t len, uint32_t *status, uint64_t *n,
+		     uint64_t *host)
 {
-	struct blk_request req = { .op = BLK_OP_BLOCK_STATUS, .offset = off, .len = len };
+	struct blk_request req = {.op = BLK_OP_BLOCK_STATUS, .offset = off, .len = len};
 	int ret = blk_do_sync(bs, &req);
 
 	if (ret)
