@@ -54,8 +54,13 @@ make_image() {
 	rm -f demo/.filled
 	truncate -s 0 "$IMG"
 	truncate -s "$IMG_SIZE" "$IMG"
-	# The blocks check catches a bench that exits 0 without writing.
-	if ! "$BENCH" bench -w -t "$cache" -i io_uring -d 16 -s 1M -c 256 --pattern=165 -q "$IMG" ||
+	# Sequential bench offsets wrap before the last buffer of the image (modulo
+	# size - buffer size, as qemu-img bench's do), so 255 writes of 1 MiB from 0
+	# and one that starts at the last MiB cover it all. The blocks check catches
+	# a bench that exits 0 without writing.
+	local fill=(bench -w -f raw -t "$cache" -i io_uring -s 1M --pattern=165 -q)
+	if ! "$BENCH" "${fill[@]}" -d 16 -c $((IMG_SIZE / (1 << 20) - 1)) "$IMG" ||
+		! "$BENCH" "${fill[@]}" -c 1 -o $((IMG_SIZE - (1 << 20))) "$IMG" ||
 		[ $(($(stat -c '%b * %B' "$IMG"))) -lt "$IMG_SIZE" ]; then
 		echo "demo.sh: 'ioplane bench -w' did not fill the image; using dd instead" >&2
 		dd if=/dev/urandom of="$IMG" bs=1M count=256 conv=notrunc,fsync status=none

@@ -43,8 +43,13 @@ static int null_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_
 	uint64_t size = 0, lat = 0;
 	bool rz = false;
 
-	if (!kv_get(opts, "size") || kv_get_size(opts, "size", &size)) {
+	if (!kv_get(opts, "size")) {
 		snprintf(err, errlen, "null: option size=SIZE is required");
+		return -EINVAL;
+	}
+	if (kv_get_size(opts, "size", &size)) {
+		snprintf(err, errlen, "null: bad size '%s' (bytes, or a K, M, G, T, P or E suffix)",
+			 kv_get(opts, "size"));
 		return -EINVAL;
 	}
 	if (kv_get_bool(opts, "read-zeroes", &rz) || kv_get_u64(opts, "latency-ns", &lat)) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cmd/bench-vhost.h"
+#include "cmd/img-int.h"
 #include "util/clock.h"
 #include "util/hist.h"
 #include "util/opts.h"
@@ -351,9 +352,12 @@ static int vb_num(const char *arg, uint64_t min, uint64_t max, const char *what,
 	return 0;
 }
 
+/* Sizes as qemu-img bench reads them (img_strtosz), as for a block device. */
 static int vb_size(const char *arg, uint64_t max, const char *what, uint64_t *out)
 {
-	if (parse_size(arg, out) || *out > max) {
+	bool hex_suffix;
+
+	if (img_strtosz_quiet(arg, out, &hex_suffix) || *out > max) {
 		fprintf(stderr, "%s: Invalid %s specified\n", PROG, what);
 		return -EINVAL;
 	}

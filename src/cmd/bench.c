@@ -18,6 +18,7 @@
 #include "block/block.h"
 #include "cmd/bench-vhost.h"
 #include "cmd/cmd.h"
+#include "cmd/img-int.h"
 #include "loop/loop.h"
 #include "util/clock.h"
 #include "util/hist.h"
@@ -257,13 +258,18 @@ static int bench_num(const char *arg, uint64_t min, uint64_t max, const char *wh
 	return 0;
 }
 
-/* A size with an optional K/M/G/T/P/E suffix, in [0, max]. */
+/* A size in [0, max], read as qemu-img reads one (img_strtosz: suffixes,
+ * fractions, 0x), with qemu-img bench's messages. */
 static int bench_size(const char *arg, uint64_t max, const char *what, uint64_t *out)
 {
+	bool hex_suffix = false;
 	uint64_t v;
-	int ret = parse_size(arg, &v);
+	int ret = img_strtosz_quiet(arg, &v, &hex_suffix);
 
-	if (ret == -EINVAL || (!ret && arg[0] == '-')) {
+	if (hex_suffix)
+		fprintf(stderr, "%s: warning: Using a multiplier suffix on hex numbers is "
+			"deprecated: %s\n", BENCH_PROG, arg);
+	if (ret == -EINVAL) {
 		fprintf(stderr,
 			"%s: Invalid %s specified. You may use k, M, G, T, P or E suffixes for "
 			"kilobytes, megabytes, gigabytes, terabytes, petabytes and exabytes.\n",

@@ -8,7 +8,6 @@
  *
  * Threading: main thread only; synchronous requests on the command's loop. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +25,9 @@
 enum { CMP_SAME = 0, CMP_DIFFER = 1, CMP_EOPEN = 2, CMP_ESTATUS = 3, CMP_EREAD = 4 };
 
 struct cmp_args {
-	const char *fmt1, *fmt2, *file1, *file2, *cache;
-	bool progress, quiet, strict, force_share;
+	struct img_args c;
+	const char *fmt2, *file1, *file2, *cache;
+	bool progress, strict;
 };
 
 struct cmp {
@@ -61,7 +61,7 @@ static int cmp_status(struct blk_node *bs, uint64_t off, uint64_t *len, bool *ze
 
 static void cmp_say(const struct cmp *c, const char *fmt, uint64_t v)
 {
-	if (c->a->quiet)
+	if (c->a->c.quiet)
 		return;
 	printf(fmt, v);
 	fflush(stdout);
@@ -69,8 +69,7 @@ static void cmp_say(const struct cmp *c, const char *fmt, uint64_t v)
 
 /* Offset of the first CMP_SECTOR-block of buf (at image offset off) that
  * differs from ref (NULL: zeroes), or UINT64_MAX. */
-static uint64_t cmp_first_diff(const uint8_t *buf, const uint8_t *ref, uint64_t off,
-			       uint64_t len)
+static uint64_t cmp_first_diff(const uint8_t *buf, const uint8_t *ref, uint64_t off, uint64_t len)
 {
 	static const uint8_t zero[CMP_SECTOR];
 	uint64_t i, k;
@@ -183,60 +182,58 @@ static int cmp_run(struct cmp *c)
 
 static void cmp_usage(FILE *f)
 {
-	fprintf(f, "Usage: ioplane img compare [-f FMT] [-F FMT] [-T CACHE] [-p] [-q] [-s] [-U]\n"
-		   "         FILE1 FILE2\n\n"
-		   "Exit status: 0 identical, 1 different, 2 cannot open an image,\n"
-		   "3 block status failed, 4 read failed.\n");
+	fprintf(f,
+		"Usage: ioplane img compare [-f FMT] [-F FMT | --image-opts] [-T CACHE] [-p] [-q]\n"
+		"         [-s] [-U] FILE1 FILE2\n\n"
+		"Exit status: 0 identical, 1 different (or a bad command line), 2 cannot open\n"
+		"an image, 3 block status failed, 4 read failed.\n");
 }
 
-static const struct option cmp_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "force-share", no_argument, NULL, 'U' },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ NULL, 0, NULL, 0 },
+static int cmp_opt(void *ctx, int key, const char *arg)
+{
+	struct cmp_args *a = ctx;
+
+	switch (key) {
+	case 'F':
+		a->fmt2 = arg;
+		return 0;
+	case 'p':
+		a->progress = true;
+		return 0;
+	case 's':
+		a->strict = true;
+		return 0;
+	default: /* -T: checked when the images are opened, as qemu-img does */
+		a->cache = arg;
+		return 0;
+	}
+}
+
+static const struct img_opt cmp_opts[] = {
+	{'F', NULL, true}, {'T', NULL, true}, {'p', NULL, false}, {'s', NULL, false}, {0},
 };
 
-static int cmp_parse(int argc, char **argv, struct cmp_args *a)
-{
-	int c;
-
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hf:F:T:pqsU", cmp_long, NULL)) != -1) {
-		switch (c) {
-		case 'h': cmp_usage(stdout); return 1;
-		case 'f': a->fmt1 = optarg; break;
-		case 'F': a->fmt2 = optarg; break;
-		case 'p': a->progress = true; break;
-		case 'q': a->quiet = true; break;
-		case 's': a->strict = true; break;
-		case 'U': a->force_share = true; break;
-		case 'T':
-			if (img_check_cache(optarg))
-				return -EINVAL;
-			a->cache = optarg;
-			break;
-		default:
-			img_bad_opt("compare", c, argv);
-			return -EINVAL;
-		}
-	}
-	if (argc - optind != 2) {
-		img_err("Expecting two image file names (try '%s compare --help')", IMG_PROG);
-		return -EINVAL;
-	}
-	a->file1 = argv[optind];
-	a->file2 = argv[optind + 1];
-	if (a->quiet)
-		a->progress = false;
-	return 0;
-}
+static const struct img_cmd cmp_cmd = {
+	.name = "compare",
+	.common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = cmp_opts,
+	.opt = cmp_opt,
+	.usage = cmp_usage,
+	.min_files = 2,
+	.max_files = 2,
+	.files_err = "Expecting two image file names",
+};
 
 static int cmp_open(struct cmp *c)
 {
-	unsigned fl = c->a->force_share ? IMG_OPEN_FORCE_SHARE : 0;
-	struct img_open_opts o1 = { .fmt = c->a->fmt1, .flags = fl, .cache = c->a->cache };
-	struct img_open_opts o2 = { .fmt = c->a->fmt2, .flags = fl, .cache = c->a->cache };
+	struct img_open_opts o1, o2;
 
+	if (c->a->cache && img_check_cache(c->a->cache, true))
+		return CMP_EOPEN;
+	img_open_opts_from(&o1, &c->a->c);
+	o1.cache = c->a->cache;
+	o2 = o1;
+	o2.fmt = c->a->fmt2;
 	if (img_open(c->a->file1, &o1, &c->bs1, NULL) || img_open(c->a->file2, &o2, &c->bs2, NULL))
 		return CMP_EOPEN;
 	c->buf1 = blk_alloc_buf(c->bs1->mem_align > c->bs2->mem_align ? c->bs1 : c->bs2, CMP_CHUNK);
@@ -250,13 +247,17 @@ static int cmp_open(struct cmp *c)
 
 int cmd_img_compare(int argc, char **argv)
 {
-	struct cmp_args a = { 0 };
-	struct cmp c = { .a = &a };
+	struct cmp_args a = {0};
+	struct cmp c = {.a = &a};
 	struct loop *loop = NULL;
-	int ret = cmp_parse(argc, argv, &a);
+	int ret = img_parse_args(&cmp_cmd, argc, argv, &a, &a.c);
 
 	if (ret)
-		return ret > 0 ? 0 : CMP_EOPEN;
+		return ret > 0 ? 0 : 1; /* qemu-img: a bad command line is 1 here too */
+	a.file1 = a.c.files[0];
+	a.file2 = a.c.files[1];
+	if (a.c.quiet)
+		a.progress = false;
 	if (img_loop_start(&loop))
 		return CMP_EOPEN;
 	ret = cmp_open(&c);

@@ -13,7 +13,6 @@
  * Threading: main thread only; the workers are coroutines on its loop and
  * every field of struct cv is touched only from there. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,10 +32,11 @@
 enum cv_kind { CV_DATA, CV_ZERO, CV_SKIP };
 
 struct cv_args {
-	const char *src_fmt, *dst_fmt, *src, *dst, *backing, *backing_fmt, *cache, *src_cache;
+	struct img_args c;
+	const char *dst_fmt, *src, *dst, *backing, *backing_fmt, *cache, *src_cache;
 	struct kv_opts o;
 	uint64_t workers, sparse;
-	bool in_order, progress, compress, no_create, target_zero, quiet, force_share;
+	bool in_order, progress, compress, no_create, target_zero;
 };
 
 struct cv;
@@ -53,15 +53,15 @@ struct cv_worker {
 struct cv {
 	const struct cv_args *a;
 	struct blk_node *src, *dst;
-	uint64_t size;       /* bytes to copy */
-	uint64_t next;       /* first byte no worker has taken */
-	uint64_t seq_next;   /* sequence number of the next range taken */
-	uint64_t wr_seq;     /* in order: the range whose writes may go now */
+	uint64_t size;     /* bytes to copy */
+	uint64_t next;     /* first byte no worker has taken */
+	uint64_t seq_next; /* sequence number of the next range taken */
+	uint64_t wr_seq;   /* in order: the range whose writes may go now */
 	uint64_t done_bytes;
-	uint64_t gran;       /* zero-detection block (0: none) */
+	uint64_t gran; /* zero-detection block (0: none) */
 	uint64_t dst_cluster;
-	bool dst_zero;       /* the target reads as zeroes where not written */
-	bool dst_backing;    /* the target has a backing file */
+	bool dst_zero;    /* the target reads as zeroes where not written */
+	bool dst_backing; /* the target has a backing file */
 	unsigned active;
 	int err;
 	struct img_progress prog;
@@ -89,7 +89,7 @@ static void cv_io_cb(struct blk_request *req, int ret)
 /* Submit req and wait for it (async contract: never completes inside). */
 static int cv_io(struct blk_node *bs, struct blk_request *req)
 {
-	struct cv_wait w = { .co = coroutine_self() };
+	struct cv_wait w = {.co = coroutine_self()};
 	int ret;
 
 	req->cb = cv_io_cb;
@@ -108,8 +108,8 @@ static int cv_io(struct blk_node *bs, struct blk_request *req)
 static int cv_rw(struct blk_node *bs, uint8_t op, uint64_t off, void *buf, uint64_t len,
 		 uint32_t flags)
 {
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	struct blk_request req = { .op = op, .flags = flags, .offset = off, .len = len };
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct blk_request req = {.op = op, .flags = flags, .offset = off, .len = len};
 
 	if (op == BLK_OP_READ || op == BLK_OP_WRITE) {
 		req.iov = &iov;
@@ -128,7 +128,7 @@ static int cv_status(struct cv *s, uint64_t off, uint64_t *len, enum cv_kind *ki
 	int ret;
 
 	for (;;) {
-		req = (struct blk_request){ .op = BLK_OP_BLOCK_STATUS, .offset = off, .len = *len };
+		req = (struct blk_request){.op = BLK_OP_BLOCK_STATUS, .offset = off, .len = *len};
 		ret = cv_io(bs, &req);
 		if (ret)
 			return ret;
@@ -409,8 +409,12 @@ static void cv_free(struct cv *s)
 static int cv_create_target(const struct cv_args *a, uint64_t size)
 {
 	struct img_create c = {
-		.fmt = a->dst_fmt, .file = a->dst, .backing = a->backing,
-		.backing_fmt = a->backing_fmt, .o = (struct kv_opts *)&a->o, .size = size,
+		.fmt = a->dst_fmt,
+		.file = a->dst,
+		.backing = a->backing,
+		.backing_fmt = a->backing_fmt,
+		.o = (struct kv_opts *)&a->o,
+		.size = size,
 		.quiet = true,
 	};
 
@@ -420,13 +424,14 @@ static int cv_create_target(const struct cv_args *a, uint64_t size)
 static int cv_open(struct cv *s, const struct cv_args *a)
 {
 	/* As qemu-img: the source must not change under the copy (unless -U). */
-	struct img_open_opts so = {
-		.fmt = a->src_fmt, .cache = a->src_cache,
-		.flags = a->force_share ? IMG_OPEN_FORCE_SHARE : IMG_OPEN_NO_SHARE,
-	};
-	struct img_open_opts dopt = { .fmt = a->dst_fmt, .flags = IMG_OPEN_RW, .cache = a->cache };
-	int ret = img_open(a->src, &so, &s->src, NULL);
+	struct img_open_opts so;
+	struct img_open_opts dopt = {.fmt = a->dst_fmt, .flags = IMG_OPEN_RW, .cache = a->cache};
+	int ret;
 
+	img_open_opts_from(&so, &a->c);
+	so.cache = a->src_cache;
+	so.flags |= a->c.force_share ? 0 : IMG_OPEN_NO_SHARE;
+	ret = img_open(a->src, &so, &s->src, NULL);
 	if (ret)
 		return ret;
 	s->size = blk_size(s->src);
@@ -492,7 +497,7 @@ static void cv_usage(FILE *f)
 	fprintf(f,
 		"Usage: ioplane img convert [-f FMT] [-O raw|qcow2] [-o OPTIONS] [-B BACKING\n"
 		"         [-F BACKING_FMT]] [-c] [-n] [--target-is-zero] [-m N] [-W] [-S SIZE]\n"
-		"         [-t CACHE] [-T SRC_CACHE] [-p] [-q] [-U] SRC DST\n\n"
+		"         [-t CACHE] [-T SRC_CACHE] [-p] [-q] [-U] [--image-opts] SRC DST\n\n"
 		"  -m N   requests in flight (1..%d, default 8)   -W  writes in any order\n"
 		"  -S N   zero blocks of N bytes (default 4k) are not written (0: off)\n"
 		"  -c     compressed clusters (qcow2)   -n  DST exists, do not create it\n"
@@ -500,53 +505,110 @@ static void cv_usage(FILE *f)
 		CV_MAX_WORKERS);
 }
 
-enum { OPT_TARGET_ZERO = 256 };
-
-static const struct option cv_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "target-is-zero", no_argument, NULL, OPT_TARGET_ZERO },
-	{ "force-share", no_argument, NULL, 'U' },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ NULL, 0, NULL, 0 },
-};
+enum { OPT_TARGET_ZERO = IMG_OPT_LOCAL };
 
 static int cv_opt_num(const char *arg, struct cv_args *a)
 {
 	if (parse_u64(arg, &a->workers) || a->workers < 1 || a->workers > CV_MAX_WORKERS) {
 		img_err("Invalid number of coroutines. Allowed number of coroutines is between 1 "
-			"and %d", CV_MAX_WORKERS);
+			"and %d",
+			CV_MAX_WORKERS);
 		return -EINVAL;
 	}
 	return 0;
 }
 
-static int cv_opt(int c, const char *arg, struct cv_args *a)
+/* -S: qemu-img's bounds (it reads whole 512-byte sectors, at most 32768). */
+static int cv_opt_sparse(const char *arg, struct cv_args *a)
 {
+	int ret = img_parse_size(arg, "buffer size for sparse output", &a->sparse);
+
+	if (ret == -EINVAL)
+		return ret;
+	if (ret || a->sparse % 512 || a->sparse > (16u << 20)) {
+		img_err("Invalid buffer size for sparse output specified. Valid sizes are "
+			"multiples "
+			"of 512 up to 16777216. Select 0 to disable sparse detection (fully "
+			"allocates output).");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int cv_opt(void *ctx, int c, const char *arg)
+{
+	struct cv_args *a = ctx;
+
 	switch (c) {
-	case 'f': a->src_fmt = arg; return 0;
-	case 'O': a->dst_fmt = arg; return 0;
-	case 'B': a->backing = arg; return 0;
-	case 'F': a->backing_fmt = arg; return 0;
-	case 'c': a->compress = true; return 0;
-	case 'n': a->no_create = true; return 0;
-	case 'p': a->progress = true; return 0;
-	case 'q': a->quiet = true; return 0;
-	case 'W': a->in_order = false; return 0;
-	case 'U': a->force_share = true; return 0;
-	case 'm': return cv_opt_num(arg, a);
-	case 'S': return img_parse_size(arg, &a->sparse);
-	case 't': a->cache = arg; return img_check_cache(arg);
-	case 'T': a->src_cache = arg; return img_check_cache(arg);
-	case OPT_TARGET_ZERO: a->target_zero = true; return 0;
-	case 'o':
+	case 'O':
+		a->dst_fmt = arg;
+		return 0;
+	case 'B':
+		a->backing = arg;
+		return 0;
+	case 'F':
+		a->backing_fmt = arg;
+		return 0;
+	case 'c':
+		a->compress = true;
+		return 0;
+	case 'n':
+		a->no_create = true;
+		return 0;
+	case 'p':
+		a->progress = true;
+		return 0;
+	case 'W':
+		a->in_order = false;
+		return 0;
+	case 'm':
+		return cv_opt_num(arg, a);
+	case 'S':
+		return cv_opt_sparse(arg, a);
+	case 't':
+		a->cache = arg;
+		return img_check_cache(arg, false);
+	case 'T':
+		a->src_cache = arg;
+		return img_check_cache(arg, true);
+	case OPT_TARGET_ZERO:
+		a->target_zero = true;
+		return 0;
+	default: /* -o */
 		if (!kv_parse(&a->o, arg, NULL))
 			return 0;
 		img_err("Invalid option list: %s", arg);
 		return -EINVAL;
-	default:
-		return -EINVAL;
 	}
 }
+
+static const struct img_opt cv_opts[] = {
+	{'O', NULL, true},
+	{'o', NULL, true},
+	{'B', NULL, true},
+	{'F', NULL, true},
+	{'c', NULL, false},
+	{'n', NULL, false},
+	{'p', NULL, false},
+	{'W', NULL, false},
+	{'m', NULL, true},
+	{'S', NULL, true},
+	{'t', NULL, true},
+	{'T', NULL, true},
+	{OPT_TARGET_ZERO, "target-is-zero", false},
+	{0},
+};
+
+static const struct img_cmd cv_cmd = {
+	.name = "convert",
+	.common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = cv_opts,
+	.opt = cv_opt,
+	.usage = cv_usage,
+	.min_files = 2,
+	.max_files = 2,
+	.files_err = "Expecting one source and one target image",
+};
 
 /* Cross-option checks, in qemu-img's words where it has them. */
 static int cv_check(struct cv_args *a)
@@ -569,36 +631,21 @@ static int cv_check(struct cv_args *a)
 		img_err("Compression not supported for this file format");
 		return -EINVAL;
 	}
-	if (a->quiet)
+	if (a->c.quiet)
 		a->progress = false;
 	return 0;
 }
 
 static int cv_parse(int argc, char **argv, struct cv_args *a)
 {
-	int c;
+	int ret;
 
-	*a = (struct cv_args){ .workers = 8, .sparse = 4096, .in_order = true };
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hf:O:o:B:F:cnpqWUm:S:t:T:", cv_long, NULL)) != -1) {
-		if (c == 'h') {
-			cv_usage(stdout);
-			return 1;
-		}
-		if (c == '?' || c == ':') {
-			img_bad_opt("convert", c, argv);
-			return -EINVAL;
-		}
-		if (cv_opt(c, optarg, a))
-			return -EINVAL;
-	}
-	if (argc - optind != 2) {
-		img_err("Expecting one source and one target image (try '%s convert --help')",
-			IMG_PROG);
-		return -EINVAL;
-	}
-	a->src = argv[optind];
-	a->dst = argv[optind + 1];
+	*a = (struct cv_args){.workers = 8, .sparse = 4096, .in_order = true};
+	ret = img_parse_args(&cv_cmd, argc, argv, a, &a->c);
+	if (ret)
+		return ret;
+	a->src = a->c.files[0];
+	a->dst = a->c.files[1];
 	return cv_check(a);
 }
 

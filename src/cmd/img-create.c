@@ -6,7 +6,6 @@
  * Threading: main thread only. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,8 +18,10 @@
 #include "cmd/img-int.h"
 #include "loop/loop.h"
 #include "util/opts.h"
+#include "util/path.h"
 
 struct create_args {
+	struct img_args c;
 	const char *fmt, *file, *size_arg, *backing, *backing_fmt;
 	struct kv_opts o; /* every -o, in order (values outlive the create opts) */
 	bool quiet, unsafe;
@@ -28,60 +29,70 @@ struct create_args {
 
 static void create_usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: ioplane img create [-q] [-f raw|qcow2] [-o OPTIONS] [-b BACKING_FILE\n"
-		"         [-F BACKING_FMT]] [-u] FILE [SIZE]\n\n"
-		"qcow2 options (-o KEY=VALUE,...): cluster_size=512..2M, compat=0.10|1.1,\n"
-		"  extended_l2=on|off, lazy_refcounts=on|off, refcount_bits=1..64,\n"
-		"  preallocation=off|metadata|falloc|full, backing_file=, backing_fmt=,\n"
-		"  compression_type=zlib|zstd, data_file=, data_file_raw=on|off\n"
-		"raw options: preallocation=off|falloc|full\n"
-		"SIZE: bytes, or with a k, M, G, T, P or E suffix; optional with a backing\n"
-		"file (its size is used)\n");
+	fprintf(f, "Usage: ioplane img create [-q] [-f raw|qcow2] [-o OPTIONS] [-b BACKING_FILE\n"
+		   "         [-F BACKING_FMT]] [-u] FILE [SIZE]\n\n"
+		   "qcow2 options (-o KEY=VALUE,...): cluster_size=512..2M, compat=0.10|1.1,\n"
+		   "  extended_l2=on|off, lazy_refcounts=on|off, refcount_bits=1..64,\n"
+		   "  preallocation=off|metadata|falloc|full, backing_file=, backing_fmt=,\n"
+		   "  compression_type=zlib|zstd, data_file=, data_file_raw=on|off\n"
+		   "raw options: preallocation=off|falloc|full\n"
+		   "SIZE: bytes, or with a k, M, G, T, P or E suffix; optional with a backing\n"
+		   "file (its size is used)\n");
 }
 
-static const struct option create_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ NULL, 0, NULL, 0 },
-};
-
-/* 0: go on; 1: --help shown; <0: bad command line (message printed). */
-static int create_parse(int argc, char **argv, struct create_args *a)
+static int create_parse_opt(void *ctx, int key, const char *arg)
 {
-	int c;
+	struct create_args *a = ctx;
 
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hqf:o:b:F:u", create_long, NULL)) != -1) {
-		switch (c) {
-		case 'h': create_usage(stdout); return 1;
-		case 'q': a->quiet = true; break;
-		case 'f': a->fmt = optarg; break;
-		case 'b': a->backing = optarg; break;
-		case 'F': a->backing_fmt = optarg; break;
-		case 'u': a->unsafe = true; break;
-		case 'o':
-			if (!strcmp(optarg, "help") || !strcmp(optarg, "?")) {
-				create_usage(stdout);
-				return 1;
-			}
-			if (kv_parse(&a->o, optarg, NULL)) {
-				img_err("Invalid option list: %s", optarg);
-				return -EINVAL;
-			}
-			break;
-		default:
-			img_bad_opt("create", c, argv);
+	switch (key) {
+	case 'b':
+		a->backing = arg;
+		return 0;
+	case 'F':
+		a->backing_fmt = arg;
+		return 0;
+	case 'u':
+		a->unsafe = true;
+		return 0;
+	default: /* -o */
+		if (!strcmp(arg, "help") || !strcmp(arg, "?")) {
+			create_usage(stdout);
+			return 1;
+		}
+		if (kv_parse(&a->o, arg, NULL)) {
+			img_err("Invalid option list: %s", arg);
 			return -EINVAL;
 		}
+		return 0;
 	}
-	if (optind >= argc || argc - optind > 2) {
-		img_err("Expecting image file name and optional size (try '%s create --help')",
-			IMG_PROG);
-		return -EINVAL;
-	}
-	a->file = argv[optind];
-	a->size_arg = optind + 1 < argc ? argv[optind + 1] : NULL;
+}
+
+static const struct img_opt create_opts[] = {
+	{'o', NULL, true}, {'b', NULL, true}, {'F', NULL, true}, {'u', NULL, false}, {0},
+};
+
+static const struct img_cmd create_cmd = {
+	.name = "create",
+	.common = IMG_C_FORMAT | IMG_C_QUIET,
+	.opts = create_opts,
+	.opt = create_parse_opt,
+	.usage = create_usage,
+	.min_files = 1,
+	.max_files = 2,
+	.files_err = "Expecting image file name and optional size",
+};
+
+/* 0: go on; 1: help shown; <0: bad command line (message printed). */
+static int create_parse(int argc, char **argv, struct create_args *a)
+{
+	int ret = img_parse_args(&create_cmd, argc, argv, a, &a->c);
+
+	if (ret)
+		return ret;
+	a->fmt = a->c.fmt;
+	a->quiet = a->c.quiet;
+	a->file = a->c.files[0];
+	a->size_arg = a->c.nfiles > 1 ? a->c.files[1] : NULL;
 	return 0;
 }
 
@@ -114,7 +125,7 @@ static int raw_prealloc(int fd, const char *mode, uint64_t size)
 	return 0;
 }
 
-static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint)
+static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint, bool *hint_given)
 {
 	size_t i;
 
@@ -128,11 +139,14 @@ static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint
 
 			/* As qemu-img: a size, at most 4 GiB - 1 (XFS keeps it in
 			 * 32 bits); 0 sets no hint. */
-			if (parse_size(v, &h) || h > UINT32_MAX) {
-				img_err("Invalid extent_size_hint '%s' (a size below 4 GiB)", v);
+			if (img_parse_size_param(c->file, k, v, &h))
+				return -EINVAL;
+			if (h > UINT32_MAX) {
+				img_err("%s: Extent size hint is too large", c->file);
 				return -EINVAL;
 			}
 			*hint = (uint32_t)h;
+			*hint_given = true;
 		} else if (strcmp(k, "size")) {
 			img_err("Invalid parameter '%s' for format raw", k);
 			return -EINVAL;
@@ -149,8 +163,9 @@ static int create_raw(const struct img_create *c)
 {
 	const char *pre = NULL;
 	uint32_t hint = BLK_EXTENT_HINT_DEFAULT;
+	bool hint_given = false;
 	char err[384];
-	int fd, ret = raw_opts(c, &pre, &hint);
+	int fd, ret = raw_opts(c, &pre, &hint, &hint_given);
 
 	if (ret)
 		return ret;
@@ -158,9 +173,13 @@ static int create_raw(const struct img_create *c)
 		img_err("Format raw does not support backing files");
 		return -EINVAL;
 	}
-	if (!c->quiet)
-		printf("Formatting '%s', fmt=raw size=%" PRIu64 "%s%s\n", c->file, c->size,
+	if (!c->quiet) {
+		printf("Formatting '%s', fmt=raw size=%" PRIu64 "%s%s", c->file, c->size,
 		       pre ? " preallocation=" : "", pre ? pre : "");
+		if (hint_given)
+			printf(" extent_size_hint=%" PRIu32, hint);
+		printf("\n");
+	}
 	fd = blk_file_create(c->file, BLK_CREATE_PERM, BLK_CREATE_SHARED, err, sizeof(err));
 	if (fd < 0) {
 		img_err("Could not create '%s': %s", c->file, err);
@@ -184,7 +203,7 @@ static int create_raw(const struct img_create *c)
 
 /* ---- qcow2 ---- */
 
-static const char *const prealloc_names[] = { "off", "metadata", "falloc", "full" };
+static const char *const prealloc_names[] = {"off", "metadata", "falloc", "full"};
 
 static const char *create_opt(const struct img_create *c, const char *key)
 {
@@ -225,7 +244,20 @@ static int create_qcow2_opts(const struct img_create *c, struct qcow2_create_opt
 	size_t i;
 
 	for (i = 0; c->o && i < c->o->n; i++) {
-		if (qcow2_create_opt(q, c->o->v[i].key, c->o->v[i].val, err, sizeof(err))) {
+		const char *k = c->o->v[i].key, *v = c->o->v[i].val;
+		char num[24];
+		uint64_t n;
+
+		/* qemu-img's forms of sizes and numbers are read here; the driver
+		 * gets a decimal number. */
+		if (!strcmp(k, "cluster_size") || !strcmp(k, "refcount_bits")) {
+			if (!strcmp(k, "cluster_size") ? img_parse_size_param(c->file, k, v, &n)
+						       : img_parse_number_param(c->file, k, v, &n))
+				return -EINVAL;
+			snprintf(num, sizeof(num), "%" PRIu64, n);
+			v = num;
+		}
+		if (qcow2_create_opt(q, k, v, err, sizeof(err))) {
 			img_err("%s", err);
 			return -EINVAL;
 		}
@@ -253,7 +285,7 @@ static int create_qcow2_opts(const struct img_create *c, struct qcow2_create_opt
 
 static int create_qcow2(const struct img_create *c)
 {
-	struct qcow2_create_opts q = { 0 };
+	struct qcow2_create_opts q = {0};
 	char err[256] = "";
 	int ret = create_qcow2_opts(c, &q);
 
@@ -285,10 +317,10 @@ int img_create_image(const struct img_create *c)
 static int create_backing_size(const char *image, const char *backing, const char *fmt,
 			       uint64_t *size)
 {
-	struct img_open_opts oo = { .fmt = fmt, .flags = IMG_OPEN_FORCE_SHARE };
+	struct img_open_opts oo = {.fmt = fmt, .flags = IMG_OPEN_FORCE_SHARE};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
-	char *path = img_path_relative(image, backing);
+	char *path = path_relative(image, backing);
 	int ret = path ? img_loop_start(&loop) : -ENOMEM;
 
 	if (!ret)
@@ -307,11 +339,18 @@ static int create_size(struct create_args *a, uint64_t *size)
 	const char *backing = a->backing ? a->backing : kv_get(&a->o, "backing_file");
 	const char *bfmt = a->backing_fmt ? a->backing_fmt : kv_get(&a->o, "backing_fmt");
 	const char *arg = a->size_arg ? a->size_arg : kv_get(&a->o, "size");
+	char num[24];
 	uint64_t bsize;
 	int ret;
 
-	if (arg && img_parse_size(arg, size))
+	if (a->size_arg && img_parse_size(a->size_arg, "image size", size))
 		return -EINVAL;
+	if (!a->size_arg && arg && img_parse_size_param(a->file, "size", arg, size))
+		return -EINVAL;
+	/* The drivers see the size as a number: qemu-img's forms are read here. */
+	snprintf(num, sizeof(num), "%" PRIu64, *size);
+	if (arg && kv_get(&a->o, "size") && kv_set(&a->o, "size", num))
+		return -ENOMEM;
 	if (backing && !bfmt)
 		return 0; /* refused with a clear message by create_qcow2_opts() */
 	if (backing && !a->unsafe) {
@@ -329,8 +368,8 @@ static int create_size(struct create_args *a, uint64_t *size)
 
 int cmd_img_create(int argc, char **argv)
 {
-	struct create_args a = { 0 };
-	struct img_create c = { 0 };
+	struct create_args a = {0};
+	struct img_create c = {0};
 	int ret = create_parse(argc, argv, &a);
 
 	if (!ret && (!a.fmt || !strcmp(a.fmt, "raw")) && (a.backing || a.backing_fmt)) {
@@ -340,9 +379,13 @@ int cmd_img_create(int argc, char **argv)
 	if (!ret)
 		ret = create_size(&a, &c.size);
 	if (!ret) {
-		c = (struct img_create){ .fmt = a.fmt ? a.fmt : "raw", .file = a.file,
-					 .backing = a.backing, .backing_fmt = a.backing_fmt,
-					 .o = &a.o, .size = c.size, .quiet = a.quiet };
+		c = (struct img_create){.fmt = a.fmt ? a.fmt : "raw",
+					.file = a.file,
+					.backing = a.backing,
+					.backing_fmt = a.backing_fmt,
+					.o = &a.o,
+					.size = c.size,
+					.quiet = a.quiet};
 		ret = img_create_image(&c);
 	}
 	kv_free(&a.o);
@@ -358,62 +401,72 @@ static void resize_usage(FILE *f)
 }
 
 struct resize_args {
-	const char *fmt, *file, *size_arg;
-	bool quiet, shrink, force_share;
+	struct img_args c;
+	const char *file, *size_arg;
+	bool shrink;
 };
 
-static const struct option resize_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "shrink", no_argument, NULL, 's' },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ "force-share", no_argument, NULL, 'U' },
-	{ NULL, 0, NULL, 0 },
+enum { OPT_SHRINK = IMG_OPT_LOCAL };
+
+static int resize_opt(void *ctx, int key, const char *arg)
+{
+	struct resize_args *a = ctx;
+
+	(void)arg;
+	if (key == OPT_SHRINK)
+		a->shrink = true;
+	return 0;
+}
+
+static const struct img_opt resize_opts[] = {
+	{OPT_SHRINK, "shrink", false},
+	{0},
 };
+
+static const struct img_cmd resize_cmd = {
+	.name = "resize",
+	.common = IMG_C_FORMAT | IMG_C_QUIET | IMG_C_FORCE_SHARE,
+	.opts = resize_opts,
+	.opt = resize_opt,
+	.usage = resize_usage,
+	.min_files = 1,
+	.max_files = 1,
+	.files_err = "Expecting image file name and size",
+};
+
+static bool resize_is_help(const char *arg)
+{
+	return !strcmp(arg, "--help") || !strcmp(arg, "-h");
+}
 
 static int resize_parse(int argc, char **argv, struct resize_args *a)
 {
-	int c;
+	int ret;
 
 	/* The size goes last and may start with '-': take it before getopt. */
-	if (argc < 2 || !strcmp(argv[argc - 1], "--help") || !strcmp(argv[argc - 1], "-h")) {
-		resize_usage(argc < 2 ? stderr : stdout);
-		return argc < 2 ? -EINVAL : 1;
-	}
-	a->size_arg = argv[--argc];
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hqf:U", resize_long, NULL)) != -1) {
-		switch (c) {
-		case 'h': resize_usage(stdout); return 1;
-		case 'q': a->quiet = true; break;
-		case 'f': a->fmt = optarg; break;
-		case 's': a->shrink = true; break;
-		case 'U': a->force_share = true; break; /* refused: resize writes */
-		default:
-			img_bad_opt("resize", c, argv);
-			return -EINVAL;
-		}
-	}
-	if (argc - optind != 1) {
-		img_err("Expecting image file name and size (try '%s resize --help')", IMG_PROG);
+	if (argc < 3 && !(argc == 2 && resize_is_help(argv[1]))) {
+		img_err("%s (try '%s resize --help')", resize_cmd.files_err, IMG_PROG);
 		return -EINVAL;
 	}
-	a->file = argv[optind];
-	return 0;
+	if (!resize_is_help(argv[argc - 1]))
+		a->size_arg = argv[--argc];
+	ret = img_parse_args(&resize_cmd, argc, argv, a, &a->c);
+	if (!ret)
+		a->file = a->c.files[0];
+	return ret;
 }
 
 static int resize_target(const struct resize_args *a, uint64_t cur, uint64_t *size)
 {
 	const char *s = a->size_arg;
 	uint64_t v;
-	int ret = img_parse_size(s[0] == '+' || s[0] == '-' ? s + 1 : s, &v);
+	int ret = img_parse_size_param(NULL, "size", s[0] == '+' || s[0] == '-' ? s + 1 : s, &v);
 
 	if (ret)
 		return ret;
-	if (s[0] == '+' && v > (uint64_t)INT64_MAX - cur) {
-		img_err("Image size must be less than 8 EiB!");
-		return -EINVAL;
-	}
-	if (s[0] == '-' && v > cur) {
+	/* As qemu-img, in signed 64 bits: the result must be above 0. */
+	if (v > (uint64_t)INT64_MAX || (s[0] == '+' && v > (uint64_t)INT64_MAX - cur) ||
+	    (s[0] == '-' && v >= cur) || (s[0] != '+' && s[0] != '-' && !v)) {
 		img_err("New image size must be positive");
 		return -EINVAL;
 	}
@@ -443,15 +496,15 @@ static int resize_run(const struct resize_args *a, struct blk_node *bs, const ch
 		img_err("Can't resize an image which has snapshots");
 	else if (ret)
 		img_err("Failed to resize image: %s", strerror(-ret));
-	else if (!a->quiet)
+	else if (!a->c.quiet)
 		printf("Image resized.\n");
 	return ret;
 }
 
 int cmd_img_resize(int argc, char **argv)
 {
-	struct resize_args a = { 0 };
-	struct img_open_opts oo = { .flags = IMG_OPEN_RW | IMG_OPEN_RESIZE };
+	struct resize_args a = {0};
+	struct img_open_opts oo = {.flags = IMG_OPEN_RW | IMG_OPEN_RESIZE};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	const char *fmt = NULL;
@@ -459,8 +512,8 @@ int cmd_img_resize(int argc, char **argv)
 
 	if (ret)
 		return ret > 0 ? 0 : 1;
-	oo.fmt = a.fmt;
-	oo.flags |= a.force_share ? IMG_OPEN_FORCE_SHARE : 0;
+	oo.fmt = a.c.fmt;
+	oo.flags |= a.c.force_share ? IMG_OPEN_FORCE_SHARE : 0;
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, &fmt);

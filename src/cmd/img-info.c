@@ -8,7 +8,6 @@
  *
  * Threading: main thread only. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include "cmd/cmd.h"
 #include "cmd/img-int.h"
 #include "loop/loop.h"
+#include "util/path.h"
 
 #define CHECK_EXIT_UNSUPPORTED 63
 
@@ -28,25 +28,25 @@ struct info_layer {
 	const char *filename; /* as shown */
 	const char *format;
 	uint64_t virtual_size;
-	int64_t actual_size;  /* -1: unknown */
+	int64_t actual_size; /* -1: unknown */
 	bool is_qcow2;
 	struct qcow2_info q;
-	char *full_backing;   /* backing file path resolved against filename */
+	struct qcow2_bitmap_info *bitmaps;
+	unsigned nb_bitmaps;
+	char *full_backing; /* backing file path resolved against filename */
 };
-
-enum { OPT_OUTPUT = 256, OPT_BACKING_CHAIN, OPT_IMAGE_OPTS };
 
 /* ---- gathering ---- */
 
 static int info_layer_get(struct blk_node *bs, const char *filename, const char *fmt,
-			  struct info_layer *l)
+			  struct info_layer *l, char *err, size_t errlen)
 {
 	int ret;
 
 	memset(l, 0, sizeof(*l));
 	l->filename = filename;
 	l->format = fmt;
-	l->virtual_size = blk_size(bs);
+	l->virtual_size = img_size(bs);
 	l->actual_size = img_allocated_size(filename);
 	if (!qcow2_is(bs))
 		return 0;
@@ -54,8 +54,10 @@ static int info_layer_get(struct blk_node *bs, const char *filename, const char 
 	if (ret)
 		return ret;
 	l->is_qcow2 = true;
-	if (l->q.backing_file && !(l->full_backing = img_path_relative(filename,
-									 l->q.backing_file)))
+	ret = qcow2_get_bitmaps(bs, &l->bitmaps, &l->nb_bitmaps, err, errlen);
+	if (ret)
+		return ret;
+	if (l->q.backing_file && !(l->full_backing = path_relative(filename, l->q.backing_file)))
 		return -ENOMEM;
 	return 0;
 }
@@ -64,6 +66,7 @@ static void info_layer_free(struct info_layer *l)
 {
 	if (l->is_qcow2)
 		qcow2_info_free(&l->q);
+	qcow2_bitmaps_free(l->bitmaps, l->nb_bitmaps);
 	free(l->full_backing);
 }
 
@@ -96,8 +99,30 @@ static void info_human_snapshots(const struct qcow2_info *q)
 	}
 }
 
-static void info_human_specific(const struct qcow2_info *q)
+/* The qcow2_bitmap_info flags by qemu-img's names, in its order. */
+static const struct {
+	uint32_t bit;
+	const char *name;
+} info_bm_flags[] = {{QCOW2_BITMAP_IN_USE, "in-use"}, {QCOW2_BITMAP_AUTO, "auto"}};
+
+static void info_human_bitmaps(const struct info_layer *l)
 {
+	unsigned i, j, k;
+
+	printf("    bitmaps:\n");
+	for (i = 0; i < l->nb_bitmaps; i++) {
+		printf("        [%u]:\n            flags:\n", i);
+		for (j = 0, k = 0; j < sizeof(info_bm_flags) / sizeof(info_bm_flags[0]); j++)
+			if (l->bitmaps[i].flags & info_bm_flags[j].bit)
+				printf("                [%u]: %s\n", k++, info_bm_flags[j].name);
+		printf("            name: %s\n            granularity: %" PRIu32 "\n",
+		       l->bitmaps[i].name, l->bitmaps[i].granularity);
+	}
+}
+
+static void info_human_specific(const struct info_layer *l)
+{
+	const struct qcow2_info *q = &l->q;
 	bool v3 = q->version >= 3;
 
 	printf("Format specific information:\n");
@@ -106,6 +131,8 @@ static void info_human_specific(const struct qcow2_info *q)
 	       q->compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" : "zlib");
 	if (v3)
 		printf("    lazy refcounts: %s\n", q->lazy_refcounts ? "true" : "false");
+	if (l->nb_bitmaps)
+		info_human_bitmaps(l);
 	printf("    refcount bits: %u\n", q->refcount_bits);
 	if (!v3)
 		return;
@@ -127,7 +154,8 @@ static void info_human(const struct info_layer *l)
 	else
 		snprintf(ds, sizeof(ds), "unavailable");
 	printf("image: %s\nfile format: %s\nvirtual size: %s (%" PRIu64 " bytes)\n"
-	       "disk size: %s\n", l->filename, l->format, vs, l->virtual_size, ds);
+	       "disk size: %s\n",
+	       l->filename, l->format, vs, l->virtual_size, ds);
 	if (!l->is_qcow2)
 		return;
 	printf("cluster_size: %" PRIu64 "\n", l->q.cluster_size);
@@ -143,7 +171,7 @@ static void info_human(const struct info_layer *l)
 	}
 	if (l->q.nb_snapshots)
 		info_human_snapshots(&l->q);
-	info_human_specific(&l->q);
+	info_human_specific(l);
 }
 
 /* ---- JSON (qemu-img's key order) ---- */
@@ -203,8 +231,46 @@ static void info_json_snapshots(int ind, const struct qcow2_info *q)
 	printf("],\n");
 }
 
-static void info_json_specific(int ind, const struct qcow2_info *q)
+static void info_json_bitmap(int ind, const struct qcow2_bitmap_info *b)
 {
+	bool first = true;
+
+	img_indent(stdout, ind);
+	printf("{\n");
+	json_key(ind + 1, "flags");
+	printf("[\n");
+	for (unsigned j = 0; j < sizeof(info_bm_flags) / sizeof(info_bm_flags[0]); j++) {
+		if (!(b->flags & info_bm_flags[j].bit))
+			continue;
+		printf("%s", first ? "" : ",\n");
+		img_indent(stdout, ind + 2);
+		img_json_str(stdout, info_bm_flags[j].name);
+		first = false;
+	}
+	printf("%s", first ? "" : "\n");
+	img_indent(stdout, ind + 1);
+	printf("],\n");
+	json_kstr(ind + 1, "name", b->name, true);
+	json_knum(ind + 1, "granularity", b->granularity, false);
+	img_indent(stdout, ind);
+	printf("}");
+}
+
+static void info_json_bitmaps(int ind, const struct info_layer *l)
+{
+	json_key(ind, "bitmaps");
+	printf("[\n");
+	for (unsigned i = 0; i < l->nb_bitmaps; i++) {
+		info_json_bitmap(ind + 1, &l->bitmaps[i]);
+		printf("%s\n", i + 1 < l->nb_bitmaps ? "," : "");
+	}
+	img_indent(stdout, ind);
+	printf("],\n");
+}
+
+static void info_json_specific(int ind, const struct info_layer *l)
+{
+	const struct qcow2_info *q = &l->q;
 	bool v3 = q->version >= 3;
 
 	json_key(ind, "format-specific");
@@ -217,6 +283,8 @@ static void info_json_specific(int ind, const struct qcow2_info *q)
 		  q->compression_type == QCOW2_COMPRESSION_ZSTD ? "zstd" : "zlib", true);
 	if (v3)
 		json_kbool(ind + 2, "lazy-refcounts", q->lazy_refcounts, true);
+	if (l->nb_bitmaps)
+		info_json_bitmaps(ind + 2, l);
 	json_knum(ind + 2, "refcount-bits", q->refcount_bits, v3);
 	if (v3 && q->data_file) {
 		json_kstr(ind + 2, "data-file", q->data_file, true);
@@ -250,7 +318,7 @@ static void info_json(int ind, const struct info_layer *l)
 	if (l->actual_size >= 0)
 		json_knum(ind + 1, "actual-size", l->actual_size, true);
 	if (l->is_qcow2)
-		info_json_specific(ind + 1, q);
+		info_json_specific(ind + 1, l);
 	if (l->is_qcow2 && q->backing_file) {
 		json_kstr(ind + 1, "full-backing-filename", l->full_backing, true);
 		json_kstr(ind + 1, "backing-filename", q->backing_file, true);
@@ -263,59 +331,49 @@ static void info_json(int ind, const struct info_layer *l)
 /* ---- info ---- */
 
 struct info_args {
-	const char *fmt, *file;
-	enum img_output out;
-	bool chain, force_share;
+	struct img_args c;
+	const char *file;
+	bool chain;
 };
 
 static void info_usage(FILE *f)
 {
-	fprintf(f, "Usage: ioplane img info [-f FMT] [--output=human|json] [--backing-chain] "
-		   "[-U] FILE\n");
+	fprintf(f, "Usage: ioplane img info [-f FMT | --image-opts] [--output=human|json]\n"
+		   "         [--backing-chain] [-U] FILE\n");
 }
 
-static const struct option info_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "format", required_argument, NULL, 'f' },
-	{ "output", required_argument, NULL, OPT_OUTPUT },
-	{ "backing-chain", no_argument, NULL, OPT_BACKING_CHAIN },
-	{ "force-share", no_argument, NULL, 'U' },
-	{ NULL, 0, NULL, 0 },
-};
+enum { OPT_BACKING_CHAIN = IMG_OPT_LOCAL };
 
-static int info_parse(int argc, char **argv, struct info_args *a)
+static int info_opt(void *ctx, int key, const char *arg)
 {
-	int c;
+	struct info_args *a = ctx;
 
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hf:U", info_long, NULL)) != -1) {
-		switch (c) {
-		case 'h': info_usage(stdout); return 1;
-		case 'f': a->fmt = optarg; break;
-		case 'U': a->force_share = true; break;
-		case OPT_BACKING_CHAIN: a->chain = true; break;
-		case OPT_OUTPUT:
-			if (img_parse_output(optarg, &a->out))
-				return -EINVAL;
-			break;
-		default:
-			img_bad_opt("info", c, argv);
-			return -EINVAL;
-		}
-	}
-	if (argc - optind != 1) {
-		img_err("Expecting one image file name (try '%s info --help')", IMG_PROG);
-		return -EINVAL;
-	}
-	a->file = argv[optind];
+	(void)arg;
+	if (key == OPT_BACKING_CHAIN)
+		a->chain = true;
 	return 0;
 }
 
+static const struct img_opt info_opts[] = {
+	{OPT_BACKING_CHAIN, "backing-chain", false},
+	{0},
+};
+
+static const struct img_cmd info_cmd = {
+	.name = "info",
+	.common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_IMAGE_OPTS,
+	.opts = info_opts,
+	.opt = info_opt,
+	.usage = info_usage,
+	.min_files = 1,
+	.max_files = 1,
+	.files_err = "Expecting one image file name",
+};
+
 /* Print one layer; the chain's layers are separated like qemu-img's. */
-static void info_print(const struct info_args *a, const struct info_layer *l, unsigned i,
-		       bool last)
+static void info_print(const struct info_args *a, const struct info_layer *l, unsigned i, bool last)
 {
-	if (a->out == IMG_OUT_HUMAN) {
+	if (a->c.out == IMG_OUT_HUMAN) {
 		if (i)
 			printf("\n");
 		info_human(l);
@@ -335,15 +393,17 @@ static void info_print(const struct info_args *a, const struct info_layer *l, un
 static int info_walk(const struct info_args *a, struct blk_node *bs, const char *fmt)
 {
 	struct info_layer l;
-	char *name = NULL, *next_name;
+	char *name = NULL, *next_name, err[256];
 	unsigned i;
 	int ret = 0;
 
 	for (i = 0; bs && !ret; i++) {
-		ret = info_layer_get(bs, name ? name : a->file, fmt, &l);
+		err[0] = 0;
+		ret = info_layer_get(bs, name ? name : a->file, fmt, &l, err, sizeof(err));
 		if (ret) {
-			img_err("%s: cannot read the image information: %s",
-				name ? name : a->file, strerror(-ret));
+			img_err("%s: cannot read the image information: %s", name ? name : a->file,
+				err[0] ? err : strerror(-ret));
+			info_layer_free(&l);
 			break;
 		}
 		bs = a->chain && l.is_qcow2 ? qcow2_backing(bs) : NULL;
@@ -365,18 +425,18 @@ static int info_walk(const struct info_args *a, struct blk_node *bs, const char 
 
 int cmd_img_info(int argc, char **argv)
 {
-	struct info_args a = { 0 };
-	struct img_open_opts oo = { 0 };
+	struct info_args a = {0};
+	struct img_open_opts oo = {0};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
 	const char *fmt = NULL;
-	int ret = info_parse(argc, argv, &a);
+	int ret = img_parse_args(&info_cmd, argc, argv, &a, &a.c);
 
 	if (ret)
 		return ret > 0 ? 0 : 1;
-	oo.fmt = a.fmt;
-	oo.flags = IMG_OPEN_NO_IO | (a.chain ? 0 : IMG_OPEN_NO_BACKING) |
-		   (a.force_share ? IMG_OPEN_FORCE_SHARE : 0);
+	a.file = a.c.files[0];
+	img_open_opts_from(&oo, &a.c);
+	oo.flags |= IMG_OPEN_NO_IO | (a.chain ? 0 : IMG_OPEN_NO_BACKING);
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, &fmt);
@@ -389,29 +449,18 @@ int cmd_img_info(int argc, char **argv)
 /* ---- check ---- */
 
 struct check_args {
-	const char *fmt, *file, *cache;
-	enum img_output out;
+	struct img_args c;
+	const char *file, *cache;
 	int repair;
-	bool quiet, force_share;
 };
 
 static void check_usage(FILE *f)
 {
-	fprintf(f, "Usage: ioplane img check [-f FMT] [--output=human|json] [-r leaks|all] [-q]\n"
-		   "         [-T SRC_CACHE] [-U] FILE\n\n"
+	fprintf(f, "Usage: ioplane img check [-f FMT | --image-opts] [--output=human|json]\n"
+		   "         [-r leaks|all] [-q] [-T SRC_CACHE] [-U] FILE\n\n"
 		   "Exit status: 0 no problem, 1 check not completed, 2 corruptions, 3 leaks,\n"
 		   "63 the format has no checks.\n");
 }
-
-static const struct option check_long[] = {
-	{ "help", no_argument, NULL, 'h' },
-	{ "format", required_argument, NULL, 'f' },
-	{ "repair", required_argument, NULL, 'r' },
-	{ "output", required_argument, NULL, OPT_OUTPUT },
-	{ "force-share", no_argument, NULL, 'U' },
-	{ "quiet", no_argument, NULL, 'q' },
-	{ NULL, 0, NULL, 0 },
-};
 
 static int check_parse_repair(const char *arg, int *out)
 {
@@ -426,42 +475,34 @@ static int check_parse_repair(const char *arg, int *out)
 	return 0;
 }
 
-static int check_parse(int argc, char **argv, struct check_args *a)
+static int check_opt(void *ctx, int key, const char *arg)
 {
-	int c;
+	struct check_args *a = ctx;
 
-	img_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":hf:r:T:qU", check_long, NULL)) != -1) {
-		switch (c) {
-		case 'h': check_usage(stdout); return 1;
-		case 'f': a->fmt = optarg; break;
-		case 'q': a->quiet = true; break;
-		case 'U': a->force_share = true; break;
-		case 'T':
-			if (img_check_cache(optarg))
-				return -EINVAL;
-			a->cache = optarg;
-			break;
-		case 'r':
-			if (check_parse_repair(optarg, &a->repair))
-				return -EINVAL;
-			break;
-		case OPT_OUTPUT:
-			if (img_parse_output(optarg, &a->out))
-				return -EINVAL;
-			break;
-		default:
-			img_bad_opt("check", c, argv);
-			return -EINVAL;
-		}
-	}
-	if (argc - optind != 1) {
-		img_err("Expecting one image file name (try '%s check --help')", IMG_PROG);
+	if (key == 'r')
+		return check_parse_repair(arg, &a->repair);
+	if (img_check_cache(arg, true)) /* -T */
 		return -EINVAL;
-	}
-	a->file = argv[optind];
+	a->cache = arg;
 	return 0;
 }
+
+static const struct img_opt check_opts[] = {
+	{'r', "repair", true},
+	{'T', NULL, true},
+	{0},
+};
+
+static const struct img_cmd check_cmd = {
+	.name = "check",
+	.common = IMG_C_FORMAT | IMG_C_OUTPUT | IMG_C_FORCE_SHARE | IMG_C_QUIET | IMG_C_IMAGE_OPTS,
+	.opts = check_opts,
+	.opt = check_opt,
+	.usage = check_usage,
+	.min_files = 1,
+	.max_files = 1,
+	.files_err = "Expecting one image file name",
+};
 
 static void check_human(const struct qcow2_check_result *r)
 {
@@ -469,16 +510,19 @@ static void check_human(const struct qcow2_check_result *r)
 		printf("No errors were found on the image.\n");
 	if (r->corruptions)
 		printf("\n%" PRIu64 " errors were found on the image.\nData may be corrupted, or "
-		       "further writes to the image may corrupt it.\n", r->corruptions);
+		       "further writes to the image may corrupt it.\n",
+		       r->corruptions);
 	if (r->leaks)
 		printf("\n%" PRIu64 " leaked clusters were found on the image.\nThis means waste "
-		       "of disk space, but no harm to data.\n", r->leaks);
+		       "of disk space, but no harm to data.\n",
+		       r->leaks);
 	if (r->check_errors)
 		printf("\n%" PRIu64 " internal errors have occurred during the check.\n",
 		       r->check_errors);
 	if (r->total_clusters && r->allocated_clusters)
 		printf("%" PRIu64 "/%" PRIu64 " = %0.2f%% allocated, %0.2f%% fragmented, %0.2f%% "
-		       "compressed clusters\n", r->allocated_clusters, r->total_clusters,
+		       "compressed clusters\n",
+		       r->allocated_clusters, r->total_clusters,
 		       (double)r->allocated_clusters * 100.0 / (double)r->total_clusters,
 		       (double)r->fragmented_clusters * 100.0 / (double)r->allocated_clusters,
 		       (double)r->compressed_clusters * 100.0 / (double)r->allocated_clusters);
@@ -515,21 +559,30 @@ static void check_json(const struct check_args *a, const struct qcow2_check_resu
 
 /* Check, and with -r repair then check again (like qemu-img, which reports
  * the second check with the first one's repair counts). */
-static int check_do(const struct check_args *a, struct blk_node *bs,
-		    struct qcow2_check_result *r)
+/* qemu-img check prints its findings on stderr as they come, with no
+ * program name, -q or not. */
+static void check_line(void *opaque, const char *line)
+{
+	(void)opaque;
+	fflush(stdout);
+	fprintf(stderr, "%s\n", line);
+}
+
+static int check_do(const struct check_args *a, struct blk_node *bs, struct qcow2_check_result *r)
 {
 	uint64_t lf, cf;
-	int ret = qcow2_check(bs, a->repair, r);
+	int ret = qcow2_check_report(bs, a->repair, r, check_line, NULL);
 
 	if (ret || !(r->leaks_fixed || r->corruptions_fixed))
 		return ret;
 	lf = r->leaks_fixed;
 	cf = r->corruptions_fixed;
-	if (a->out == IMG_OUT_HUMAN && !a->quiet)
+	if (a->c.out == IMG_OUT_HUMAN && !a->c.quiet)
 		printf("The following inconsistencies were found and repaired:\n\n"
 		       "    %" PRIu64 " leaked clusters\n    %" PRIu64 " corruptions\n\n"
-		       "Double checking the fixed image now...\n", lf, cf);
-	ret = qcow2_check(bs, 0, r);
+		       "Double checking the fixed image now...\n",
+		       lf, cf);
+	ret = qcow2_check_report(bs, 0, r, check_line, NULL);
 	r->leaks_fixed = lf;
 	r->corruptions_fixed = cf;
 	return ret;
@@ -546,35 +599,32 @@ static int check_run(const struct check_args *a, struct blk_node *bs)
 	}
 	ret = check_do(a, bs, &r);
 	if (ret) {
-		if (r.first_error[0])
-			img_err("ERROR %s", r.first_error);
 		img_err("Check failed: %s", strerror(-ret));
 		return 1;
 	}
-	if (r.first_error[0] && !a->quiet)
-		img_err("%s%s", r.corruptions ? "ERROR " : "Leak: ", r.first_error);
-	if (a->out == IMG_OUT_JSON)
+	if (a->c.out == IMG_OUT_JSON)
 		check_json(a, &r);
-	else if (!a->quiet)
+	else if (!a->c.quiet)
 		check_human(&r);
 	return r.check_errors ? 1 : r.corruptions ? 2 : r.leaks ? 3 : 0;
 }
 
 int cmd_img_check(int argc, char **argv)
 {
-	struct check_args a = { 0 };
-	struct img_open_opts oo = { 0 };
+	struct check_args a = {0};
+	struct img_open_opts oo = {0};
 	struct blk_node *bs = NULL;
 	struct loop *loop = NULL;
-	int ret = check_parse(argc, argv, &a);
+	int ret = img_parse_args(&check_cmd, argc, argv, &a, &a.c);
 
 	if (ret)
 		return ret > 0 ? 0 : 1;
-	oo.fmt = a.fmt;
+	a.file = a.c.files[0];
+	img_open_opts_from(&oo, &a.c);
 	oo.cache = a.cache;
-	/* The backing chain plays no part in the metadata check. */
-	oo.flags = IMG_OPEN_NO_BACKING | (a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0) |
-		   (a.force_share ? IMG_OPEN_FORCE_SHARE : 0);
+	/* As qemu-img: the backing chain plays no part in the check, but an
+	 * image whose backing file does not open is not checked. */
+	oo.flags |= a.repair ? IMG_OPEN_RW | IMG_OPEN_REPAIR : 0;
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.file, &oo, &bs, NULL);

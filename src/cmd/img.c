@@ -5,7 +5,6 @@
  * Threading: main thread only; one loop bound to it per command run. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,7 @@ void img_err(const char *fmt, ...)
 
 int img_loop_start(struct loop **out)
 {
-	struct loop_opts lo = { .backend = LOOP_BACKEND_AUTO, .poll_max_ns = -1 };
+	struct loop_opts lo = {.backend = LOOP_BACKEND_AUTO, .poll_max_ns = -1};
 	int ret = loop_new(&lo, out);
 
 	if (ret < 0) {
@@ -61,19 +60,6 @@ void img_loop_end(struct loop *loop, struct blk_node *bs)
 }
 
 /* ---- opening ---- */
-
-int img_check_cache(const char *cache)
-{
-	static const char *const ok[] = { "none", "writeback", "writethrough", "directsync",
-					  "unsafe", "off", "on" };
-	size_t i;
-
-	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
-		if (!strcmp(cache, ok[i]))
-			return 0;
-	img_err("Invalid cache option: %s", cache);
-	return -EINVAL;
-}
 
 /* qemu-img's cache modes onto the file driver's two. */
 static const char *img_cache_opt(const char *cache)
@@ -122,14 +108,64 @@ static int img_lock(struct blk_node *bs, unsigned flags, char *err, size_t errle
 	return blk_set_perm(bs, perm, shared, err, errlen);
 }
 
+void img_open_opts_from(struct img_open_opts *o, const struct img_args *a)
+{
+	*o = (struct img_open_opts){
+		.fmt = a->fmt,
+		.flags = (a->force_share ? IMG_OPEN_FORCE_SHARE : 0) |
+			 (a->image_opts ? IMG_OPEN_IMAGE_OPTS : 0),
+	};
+}
+
+static const char *img_kv_peek(const struct kv_opts *o, const char *key)
+{
+	for (size_t i = 0; i < o->n; i++)
+		if (!strcmp(o->v[i].key, key))
+			return o->v[i].val;
+	return NULL;
+}
+
+/* --image-opts: spec's keys, and those of the flags it does not give. */
+static int img_open_spec(const char *spec, const struct img_open_opts *oo, struct blk_node **out,
+			 const char **fmt, char *err, size_t errlen)
+{
+	struct kv_opts o = {0}, e = {0};
+	const char *f, *drv;
+	char extra[128];
+	int ret = kv_parse(&o, spec, NULL);
+
+	f = img_kv_peek(&o, "format");
+	drv = img_kv_peek(&o, "driver");
+	*fmt = f && !strcmp(f, "qcow2") ? "qcow2" : "raw";
+	img_extra(extra, sizeof(extra), drv && !strcmp(drv, "null") ? "null:" : spec, *fmt, false,
+		  oo);
+	if (!ret)
+		ret = kv_parse(&e, extra, NULL);
+	for (size_t i = 0; !ret && i < e.n; i++)
+		if (!img_kv_peek(&o, e.v[i].key))
+			ret = kv_set(&o, e.v[i].key, e.v[i].val);
+	if (ret)
+		snprintf(err, errlen, "invalid option list");
+	else
+		ret = blk_open(&o, out, err, errlen);
+	kv_free(&o);
+	kv_free(&e);
+	return ret;
+}
+
 int img_open(const char *path, const struct img_open_opts *o, struct blk_node **out,
 	     const char **fmt_out)
 {
 	const char *fmt = o->fmt;
-	bool probed = !fmt && strncmp(path, "null:", 5);
+	bool spec = o->flags & IMG_OPEN_IMAGE_OPTS;
+	bool probed = !fmt && !spec && strncmp(path, "null:", 5);
 	char extra[128], err[512] = "";
 	int ret;
 
+	if (spec) {
+		ret = img_open_spec(path, o, out, &fmt, err, sizeof(err));
+		goto opened;
+	}
 	if (probed) {
 		ret = blk_probe_format(path, &fmt, err, sizeof(err));
 		if (ret) {
@@ -142,6 +178,7 @@ int img_open(const char *path, const struct img_open_opts *o, struct blk_node **
 	}
 	img_extra(extra, sizeof(extra), path, fmt, probed, o);
 	ret = blk_open_target(path, fmt, extra, out, err, sizeof(err));
+opened:
 	if (!ret && (ret = img_lock(*out, o->flags, err, sizeof(err)))) {
 		blk_close(*out);
 		*out = NULL;
@@ -157,62 +194,11 @@ int img_open(const char *path, const struct img_open_opts *o, struct blk_node **
 	return 0;
 }
 
-/* ---- command line ---- */
-
-int img_parse_output(const char *arg, enum img_output *out)
-{
-	if (!strcmp(arg, "human")) {
-		*out = IMG_OUT_HUMAN;
-	} else if (!strcmp(arg, "json")) {
-		*out = IMG_OUT_JSON;
-	} else {
-		img_err("--output must be used with human or json as argument.");
-		return -EINVAL;
-	}
-	return 0;
-}
-
-int img_parse_size(const char *arg, uint64_t *out)
-{
-	int ret = arg[0] == '-' ? -EINVAL : parse_size(arg, out);
-
-	if (ret == -ERANGE || (!ret && *out > (uint64_t)INT64_MAX)) {
-		img_err("Image size must be less than 8 EiB!");
-		return -EINVAL;
-	}
-	if (ret) {
-		img_err("Invalid image size specified. You may use k, M, G, T, P or E suffixes "
-			"for kilobytes, megabytes, gigabytes, terabytes, petabytes and exabytes.");
-		return -EINVAL;
-	}
-	return 0;
-}
-
-void img_getopt_reset(void)
-{
-	optind = 0; /* glibc: full re-initialisation, argv[0] is the subcommand */
-	opterr = 0;
-}
-
-void img_bad_opt(const char *cmd, int c, char **argv)
-{
-	const char *arg = argv[optind - 1];
-
-	fflush(stdout);
-	if (c == ':')
-		fprintf(stderr, "%s %s: option '%s' requires an argument", IMG_PROG, cmd, arg);
-	else if (optopt && strncmp(arg, "--", 2))
-		fprintf(stderr, "%s %s: invalid option -- '%c'", IMG_PROG, cmd, optopt);
-	else
-		fprintf(stderr, "%s %s: unrecognized option '%s'", IMG_PROG, cmd, arg);
-	fprintf(stderr, " (try '%s %s --help')\n", IMG_PROG, cmd);
-}
-
 /* ---- output ---- */
 
 void img_size_str(uint64_t v, char *buf, size_t n)
 {
-	static const char *const suffix[] = { "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei" };
+	static const char *const suffix[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
 
 	/* Switch to the next unit once the number would reach 1000, so that it
 	 * always prints with at most three digits before the point. */
@@ -231,22 +217,87 @@ void img_size_str(uint64_t v, char *buf, size_t n)
 	snprintf(buf, n, "%0.3g %sB", (double)v / (double)(1ull << (i * 10)), suffix[i]);
 }
 
+/* One code point of the (modified) UTF-8 at p, as QEMU's JSON writer decodes
+ * it: -1 for a byte or sequence that is not one (overlong but the 2-byte
+ * NUL, a surrogate, a noncharacter, past U+10FFFF, a missing continuation
+ * byte), which it replaces with U+FFFD. *end moves past what was read. */
+static long img_utf8_cp(const unsigned char *p, const unsigned char **end)
+{
+	static const long min_cp[5] = {0x80, 0x800, 0x10000, 0x200000, 0x4000000};
+	unsigned len = 0, i, mask;
+	long cp;
+
+	*end = p + 1;
+	if (*p < 0x80)
+		return *p;
+	if (*p >= 0xfe || !(*p & 0x40))
+		return -1; /* 0xfe, 0xff, or a continuation byte */
+	for (mask = 0x80; *p & mask; mask >>= 1)
+		len++;
+	cp = *p & (mask - 1);
+	for (i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80) {
+			*end = p + i;
+			return -1;
+		}
+		cp = (cp << 6) | (p[i] & 0x3f);
+	}
+	*end = p + len;
+	if (cp > 0x10ffff || (cp >= 0xfdd0 && cp <= 0xfdef) || (cp & 0xfffe) == 0xfffe ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return -1;
+	if (cp < min_cp[len - 2] && !(cp == 0 && len == 2))
+		return -1;
+	return cp;
+}
+
+/* The two-character escape of c, or 0. */
+static char img_json_esc(unsigned char c)
+{
+	switch (c) {
+	case '"':
+		return '"';
+	case '\\':
+		return '\\';
+	case '\b':
+		return 'b';
+	case '\f':
+		return 'f';
+	case '\n':
+		return 'n';
+	case '\r':
+		return 'r';
+	case '\t':
+		return 't';
+	default:
+		return 0;
+	}
+}
+
+/* As qemu-img writes JSON strings: everything but printable ASCII as \uXXXX
+ * (upper-case hex; a surrogate pair past U+FFFF), invalid UTF-8 as U+FFFD. */
 void img_json_str(FILE *f, const char *s)
 {
-	const unsigned char *p = (const unsigned char *)s;
+	const unsigned char *p = (const unsigned char *)s, *next;
+	long cp;
 
 	fputc('"', f);
-	for (; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if (*p == '\n')
-			fputs("\\n", f);
-		else if (*p == '\t')
-			fputs("\\t", f);
-		else if (*p < 0x20 || *p == 0x7f)
-			fprintf(f, "\\u%04x", *p);
+	for (; *p; p = next) {
+		next = p + 1;
+		if (img_json_esc(*p)) {
+			fprintf(f, "\\%c", img_json_esc(*p));
+			continue;
+		}
+		cp = img_utf8_cp(p, &next);
+		if (cp < 0)
+			cp = 0xfffd;
+		if (cp > 0xffff)
+			fprintf(f, "\\u%04lX\\u%04lX", 0xd800 + ((cp - 0x10000) >> 10),
+				0xdc00 + ((cp - 0x10000) & 0x3ff));
+		else if (cp < 0x20 || cp >= 0x7f)
+			fprintf(f, "\\u%04lX", cp);
 		else
-			fputc(*p, f);
+			fputc((int)cp, f);
 	}
 	fputc('"', f);
 }
@@ -257,21 +308,11 @@ void img_indent(FILE *f, int level)
 		fputs("    ", f);
 }
 
-char *img_path_relative(const char *image, const char *name)
+uint64_t img_size(struct blk_node *bs)
 {
-	const char *slash = strrchr(image, '/');
-	size_t dl;
-	char *p;
+	uint64_t size = blk_size(bs);
 
-	if (name[0] == '/' || !slash)
-		return strdup(name);
-	dl = (size_t)(slash - image) + 1;
-	p = malloc(dl + strlen(name) + 1);
-	if (p) {
-		memcpy(p, image, dl);
-		memcpy(p + dl, name, strlen(name) + 1);
-	}
-	return p;
+	return qcow2_is(bs) || size > UINT64_MAX - 511 ? size : (size + 511) & ~511ull;
 }
 
 int64_t img_allocated_size(const char *path)
@@ -322,10 +363,10 @@ void img_progress_end(struct img_progress *p)
 
 /* ---- block status ---- */
 
-int img_block_status(struct blk_node *bs, uint64_t off, uint64_t len, uint32_t *status,
-		     uint64_t *n, uint64_t *host)
+int img_block_status(struct blk_node *bs, uint64_t off, uint64_t len, uint32_t *status, uint64_t *n,
+		     uint64_t *host)
 {
-	struct blk_request req = { .op = BLK_OP_BLOCK_STATUS, .offset = off, .len = len };
+	struct blk_request req = {.op = BLK_OP_BLOCK_STATUS, .offset = off, .len = len};
 	int ret = blk_do_sync(bs, &req);
 
 	if (ret)

@@ -9,8 +9,8 @@
 #include "ioplane-version.h" /* generated from meson.build's project version */
 #include "util/clock.h"
 
-/* Exit status for a command line we cannot dispatch (like git/getopt users). */
-#define EXIT_USAGE 2
+/* Exit status for a command line we cannot dispatch, as qemu-img says it. */
+#define EXIT_USAGE 1
 
 struct cmd {
 	const char *name;

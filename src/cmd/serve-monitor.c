@@ -15,7 +15,7 @@
 #include "control/qmp-cmds.h"
 #include "util/log.h"
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE 1 /* a bad command line, as in qemu-storage-daemon */
 
 static bool quit_requested;
 

@@ -15,7 +15,7 @@
 #include "util/log.h"
 #include "util/opts.h"
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE 1 /* a bad command line, as in qemu-storage-daemon */
 
 struct serve_vhost {
 	unsigned n;

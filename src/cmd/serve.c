@@ -33,7 +33,7 @@
 #include "util/log.h"
 #include "util/opts.h"
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE 1 /* a bad command line, as in qemu-storage-daemon */
 #define MAX_IOTHREADS 64
 #define DRAIN_TIMEOUT_NS (10ull * 1000000000ull)
 /* Clients per listening address: enough for many VMs with multi-conn (each
@@ -95,6 +95,8 @@ static void serve_usage(FILE *f)
 		"               [,aio=io_uring|native|threads][,read-only=on]\n"
 		"               [,discard=unmap|ignore][,detect-zeroes=off|on|unmap]\n"
 		"               [,locking=on|off|auto][,force-share=on]\n"
+		"         --image ID,file=PATH,format=qcow2[,backing=PATH|,backing=]\n"
+		"               [,backing-format=raw|qcow2][,data-file=PATH][,l2-cache-size=SIZE]\n"
 		"         --image ID,driver=null,size=SIZE[,latency-ns=NS][,read-zeroes=on]\n"
 		"         --nbd unix=PATH|tcp=HOST:PORT,image=ID[,name=NAME][,writable=on]\n"
 		"               [,description=TEXT][,mode=OCTAL]\n"
@@ -112,7 +114,12 @@ static void serve_usage(FILE *f)
 		"                         format= the file is probed: raw is served (writes that\n"
 		"                         would make it look like another format are refused),\n"
 		"                         any other format must be given. Images are locked as\n"
-		"                         QEMU locks them (locking=off: not at all)\n"
+		"                         QEMU locks them (locking=off: not at all). qcow2\n"
+		"                         opens the backing chain and the external data file\n"
+		"                         the image names, with the same cache=, aio= and\n"
+		"                         locking; backing formats come from the header, never\n"
+		"                         probed; backing=, backing-format= and data-file= name\n"
+		"                         them instead (backing= empty: no backing file)\n"
 		"  --nbd SPEC             export an image over NBD (several allowed; exports\n"
 		"                         with the same address share one socket). The export\n"
 		"                         name defaults to the image ID; exports are read-only\n"
@@ -149,6 +156,8 @@ static void serve_usage(FILE *f)
 		"  ioplane serve --image d,file=d.img,cache=none,aio=io_uring \\\n"
 		"      --nbd tcp=127.0.0.1:10809,image=d,writable=on\n"
 		"      nbdinfo nbd://127.0.0.1:10809/d\n"
+		"  ioplane serve --image vm,file=vm.qcow2,format=qcow2 \\\n"
+		"      --vhost-user-blk unix=/tmp/vm.sock,image=vm,writable=on\n"
 		"  ioplane serve --image n,driver=null,size=1G,read-zeroes=on \\\n"
 		"      --nbd unix=/tmp/null.sock,image=n,writable=on\n");
 }

@@ -45,15 +45,16 @@ bench() { run_ok "$IOPLANE" bench "$@"; }
 echo "== the command line of the executable"
 run_ok "$IOPLANE" --help
 expect_grep "$OUT" '^ +bench '
+expect_grep "$OUT" '^ +serve .*NBD and vhost-user-blk'
 run_ok "$IOPLANE" --version
 version=$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" "$IOPLANE_SRC/meson.build" | head -n 1)
 [ -n "$version" ] || fail "no version in meson.build (test bug)"
 expect_line "$OUT" "ioplane version $version"
-run_status 2 "$IOPLANE" no-such-command
+run_status 1 "$IOPLANE" no-such-command
 expect_grep "$ERR" "unknown command 'no-such-command'"
 [ "$(wc -l <"$ERR")" -eq 1 ] || fail "more than one line for an unknown command"
-run_status 2 "$IOPLANE"
-run_status 2 "$IOPLANE" img no-such-command
+run_status 1 "$IOPLANE"
+run_status 1 "$IOPLANE" img no-such-command
 run_ok "$IOPLANE" bench --help
 expect_grep "$OUT" '^Usage: ioplane bench'
 

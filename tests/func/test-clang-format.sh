@@ -10,9 +10,7 @@
 # once `clang-format-14 -i` has been run on it.
 pending=(
 	src/cmd/bench-vhost-conn.c src/cmd/bench-vhost.c src/cmd/bench-vhost.h src/cmd/bench.c
-	src/cmd/img-compare.c src/cmd/img-convert.c src/cmd/img-create.c src/cmd/img-info.c
-	src/cmd/img-int.h src/cmd/img-map.c src/cmd/img.c src/cmd/main.c src/cmd/pidfile.h
-	src/cmd/serve-vhost.c src/cmd/serve.c
+	src/cmd/main.c src/cmd/pidfile.h src/cmd/serve-vhost.c src/cmd/serve.c
 	src/export/nbd-budget.c src/export/nbd-conn.c src/export/nbd-handshake.c
 	src/export/nbd-int.h src/export/nbd-proto.h src/export/nbd-server.c src/export/nbd-server.h
 	src/export/nbd-transmit.c src/export/vhost-user-blk.c src/export/vhost-user-blk.h

@@ -2,7 +2,7 @@
 # A qcow2 chain that comes back to itself - an image that is its own backing file, two
 # images backing each other, an image whose external data file is the image itself or one
 # of its backing files - is refused at open by every command that opens the chain (img
-# check reads one image's metadata and does not), with a message that says so,
+# check too, which opens the chain as qemu-img check does), with a message that says so,
 # whatever the locking setting; nothing hangs and no file changes. (An image that is its
 # own data file had guest writes land on its header; a backing loop was opened 64 deep.
 # qemu-io on a self-backed image spins and grows without bound, so it is not run here.)
@@ -46,10 +46,8 @@ for lk in on off; do
 	for pair in self.qcow2:self.qcow2 p.qcow2:q.qcow2 q.qcow2:p.qcow2; do
 		img=${pair%%:*} b=${pair#*:}
 		refused "$loop" "$b" "$IOPLANE" img info --backing-chain "$img"
-		# check looks at this image's own metadata and opens no backing file
-		# (qemu-img check spins on self.qcow2 instead)
-		timeout -k 2 10 "$IOPLANE" img check "$img" >"$OUT" 2>"$ERR" ||
-			fail "img check $img: $(cat "$ERR")"
+		# check opens the chain as qemu-img check does (which spins on self.qcow2)
+		refused "$loop" "$b" "$IOPLANE" img check "$img"
 		refused "$loop" "$b" "$IOPLANE" img map "$img"
 		refused "$loop" "$b" "$IOPLANE" bench -c 1 -w "$img"
 		refused "$loop" "$b" "$IOPLANE" serve \

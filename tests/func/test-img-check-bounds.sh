@@ -56,7 +56,7 @@ for c in "${cases[@]}"; do
 	rm -f out.raw "$f.ref"
 	case $name in
 	rb-alias*)
-		run_status 2 "$IOPLANE" serve --image "d,file=$f,format=qcow2" \
+		run_status 1 "$IOPLANE" serve --image "d,file=$f,format=qcow2" \
 			--nbd "unix=$sock,image=d,writable=on"
 		expect_grep "$ERR" "refcount table entries 0 and 1 both name the refcount block"
 		# -r leaks: the same verdict as qemu-img's (1: needs a rebuild; 2: overflows).

@@ -194,7 +194,7 @@ expect_grep "$OUT" '"corruptions": [1-9]'
 # does: -r leaks fails (exit 1, as qemu-img) and leaves the image as it was.
 cp bad.qcow2 bad.before
 img_status 1 check -r leaks bad.qcow2
-expect_line "$ERR" "ioplane img: ERROR need to rebuild refcount structures"
+expect_line "$ERR" "ERROR need to rebuild refcount structures"
 expect_line "$ERR" "ioplane img: Check failed: Input/output error"
 cmp bad.qcow2 bad.before || fail "check -r leaks changed an image it could not repair"
 rc=0; qemu-img check -r leaks bad.before >/dev/null 2>&1 || rc=$?

@@ -154,4 +154,26 @@ for bad in "-f qcow2 x.qcow2" "-f qcow2 x.qcow2 -1" "-f qcow2 x.qcow2 1Q" \
 done
 img create --help
 expect_grep "$OUT" '^Usage: ioplane img create'
+
+# A file in a directory that does not exist: exit 1 and a message naming the file and
+# ending with the errno text, next to qemu-img doing the same.
+qemu-img create -q -f qcow2 src.qcow2 1M
+# nodir NAME ARGS...: `img ARGS` and `qemu-img ARGS` both fail so, naming NAME.
+nodir() {
+	local name=$1 qrc=0 last
+	shift
+	qemu-img "$@" >/dev/null 2>q.err || qrc=$?
+	[ "$qrc" -eq 1 ] || fail "qemu-img $*: exit $qrc"
+	last=$(tail -n 1 q.err)
+	[ "${last##*: }" = "No such file or directory" ] || fail "qemu-img $*: $last (test bug?)"
+	img_status 1 "$@"
+	expect_grep "$ERR" "${name//./\\.}.*: No such file or directory$"
+	rm -f x.qcow2
+}
+for f in raw qcow2; do
+	nodir nodir/x.img create -f "$f" nodir/x.img 1M
+done
+nodir nodir/d.raw create -f qcow2 -o data_file=nodir/d.raw x.qcow2 1M
+nodir nodir/c.qcow2 convert -O qcow2 src.qcow2 nodir/c.qcow2
+nodir nodir/c.raw convert -O raw src.qcow2 nodir/c.raw
 echo "create: all cases passed"

@@ -51,7 +51,7 @@ serve_read "file=a.qcow2,format=qcow2,data-file=null:size=$SIZE,,read-zeroes=on"
 
 echo "== a bad null: option is an error naming the data file"
 nbd_serve_fails() {
-	run_status 2 "$IOPLANE" serve --image "d,file=a.qcow2,format=qcow2,read-only=on,$1" \
+	run_status 1 "$IOPLANE" serve --image "d,file=a.qcow2,format=qcow2,read-only=on,$1" \
 		--nbd unix="$sock",image=d
 }
 nbd_serve_fails "data-file=null:size=$SIZE,,bogus=1"

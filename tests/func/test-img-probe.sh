@@ -63,7 +63,7 @@ for f in img.* desc.vmdk trailer.img; do
 	[ ! -e out.raw ] && [ ! -e out.qcow2 ] || fail "convert of $f wrote an output"
 	run_status 1 "$IOPLANE" bench -c 1 "$f"
 	expect_grep "$ERR" "is a $w image"
-	run_status 2 "$IOPLANE" serve --image "d,file=$f" --nbd "unix=$T/s,image=d"
+	run_status 1 "$IOPLANE" serve --image "d,file=$f" --nbd "unix=$T/s,image=d"
 	expect_grep "$ERR" "'$f' is a $w image"
 	# Named explicitly, the bytes are the user's to have.
 	img info -f raw "$f"
@@ -75,7 +75,7 @@ img info plain.qcow2
 expect_line "$OUT" "file format: qcow2"
 run_ok "$IOPLANE" bench -q -c 16 -w plain.qcow2
 qcheck plain.qcow2
-run_status 2 "$IOPLANE" serve --image "d,file=plain.qcow2" --nbd "unix=$T/s,image=d"
+run_status 1 "$IOPLANE" serve --image "d,file=plain.qcow2" --nbd "unix=$T/s,image=d"
 expect_grep "$ERR" "is a qcow2 image.*give format=qcow2"
 
 echo "== the first sector of a probed raw image keeps its format"

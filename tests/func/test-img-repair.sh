@@ -146,7 +146,7 @@ cp bad.qcow2 bad2.qcow2
 # -r leaks cannot fix it: as qemu-img, the check fails (exit 1: the refcount structures
 # would have to be rebuilt) and the image stays marked corrupt.
 img_status 1 check -r leaks bad.qcow2
-expect_line "$ERR" "ioplane img: ERROR need to rebuild refcount structures"
+expect_line "$ERR" "ERROR need to rebuild refcount structures"
 want_bits bad.qcow2 $CORRUPT
 run_status 1 "$IOPLANE" serve --image d,file=bad.qcow2,format=qcow2 \
 	--nbd unix="$sock",image=d,writable=on
@@ -178,7 +178,7 @@ sum=$(sha256sum <sc.qcow2)
 run_status 1 "$IOPLANE" serve --image d,file=sc.qcow2,format=qcow2 \
 	--nbd unix="$sock",image=d,writable=on
 expect_grep "$ERR" "--image d: qcow2: image is marked corrupt; it can only be opened read-only"
-run_status 2 "$IOPLANE" serve --image d,file=sc.qcow2,format=qcow2,repair=on \
+run_status 1 "$IOPLANE" serve --image d,file=sc.qcow2,format=qcow2,repair=on \
 	--nbd unix="$sock",image=d,writable=on
 expect_grep "$ERR" "repair=on is reserved for 'ioplane img check -r'"
 nbd_serve --image d,file=sc.qcow2,format=qcow2,read-only=on --nbd unix="$sock",image=d
@@ -210,7 +210,7 @@ qemu-img compare -q -f raw -F qcow2 dirty.raw dirty.qcow2 || fail "data lost by 
 # the dirty bit stays.
 cp dirty2.qcow2 dirty2q.qcow2
 img_status 1 check -r leaks dirty2.qcow2
-expect_line "$ERR" "ioplane img: ERROR need to rebuild refcount structures"
+expect_line "$ERR" "ERROR need to rebuild refcount structures"
 want_bits dirty2.qcow2 $DIRTY
 cmp dirty2.qcow2 dirty2q.qcow2 || fail "check -r leaks changed an image it could not repair"
 rc=0; qemu-img check -r leaks dirty2q.qcow2 >/dev/null 2>&1 || rc=$?
@@ -229,4 +229,36 @@ want_bits dirty3.qcow2 0
 qcheck dirty3.qcow2
 qemu-io -f qcow2 -c 'write -P 0x83 200k 12k' dirty3q.qcow2 >/dev/null 2>&1 # QEMU repairs too
 qsame dirty3q.qcow2 dirty3.qcow2
+
+echo "== persistent bitmaps: their clusters are in use, not leaks"
+qemu-img create -q -f qcow2 -o cluster_size=4k bm.qcow2 1M
+qemu-img bitmap --add bm.qcow2 b0
+qemu-img bitmap --add -g 128k --disable bm.qcow2 b1
+qemu-io -f qcow2 -c 'write -P 0x42 0 64k' -c 'write -P 0x43 512k 8k' bm.qcow2 >/dev/null
+qcheck bm.qcow2
+cp bm.qcow2 bm.before
+img check bm.qcow2
+expect_line "$OUT" "No errors were found on the image."
+for r in leaks all; do
+	img check -r "$r" bm.qcow2
+	cmp -s bm.qcow2 bm.before || fail "check -r $r changed an image with bitmaps"
+done
+qcheck bm.qcow2
+[ "$(qemu-img info --output=json bm.qcow2 | grep -c '"granularity"')" = 2 ] ||
+	fail "the bitmaps are gone"
+
+echo "== a backing file that does not open: no check, no repair (exit 1, as qemu-img)"
+qemu-img create -q -f qcow2 gone.qcow2 1M
+qemu-img create -q -f qcow2 -b gone.qcow2 -F qcow2 orphan.qcow2
+rm gone.qcow2
+cp orphan.qcow2 orphan.before
+for r in "" "-r leaks" "-r all"; do
+	rc=0
+	qemu-img check $r orphan.qcow2 >/dev/null 2>&1 || rc=$?
+	[ $rc = 1 ] || fail "qemu-img check $r: exit $rc, the test expects 1"
+	# shellcheck disable=SC2086
+	img_status 1 check $r orphan.qcow2
+	expect_grep "$ERR" "^ioplane img: Could not open 'orphan\.qcow2': .*gone\.qcow2.*No such file"
+	cmp -s orphan.qcow2 orphan.before || fail "check $r changed an image it did not check"
+done
 echo "repair: agrees with qemu-img"

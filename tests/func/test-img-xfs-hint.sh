@@ -45,9 +45,9 @@ want_hint "$M/b.raw" 262144
 img create -q -f raw -o extent_size_hint=0 "$M/c.raw" 64M
 want_hint "$M/c.raw" 0
 img_status 1 create -q -f raw -o extent_size_hint=4G "$M/d.raw" 64M
-expect_grep "$ERR" "Invalid extent_size_hint"
+expect_grep "$ERR" "Extent size hint is too large"
 img_status 1 create -q -f raw -o extent_size_hint=big "$M/d.raw" 64M
-expect_grep "$ERR" "Invalid extent_size_hint"
+expect_grep "$ERR" "Parameter 'extent_size_hint' expects a non-negative number"
 
 echo "== the images work"
 for f in "$M/a.raw" "$M/b.raw"; do

@@ -350,7 +350,7 @@ serve_bg off "$S" --image d,file=q.qcow2,format=qcow2,locking=off --nbd unix="$S
 [ -z "$(locks q.qcow2)" ] || fail "locking=off locks: $(locks q.qcow2)"
 ok qemu-img info q.qcow2
 bg_stop "$BG_PID"
-run_status 2 "$IOPLANE" serve --image d,file=q.qcow2,format=qcow2,locking=sometimes \
+run_status 1 "$IOPLANE" serve --image d,file=q.qcow2,format=qcow2,locking=sometimes \
 	--nbd unix="$S",image=d
 expect_grep "$ERR" "locking must be on, off or auto"
 echo "PASS"

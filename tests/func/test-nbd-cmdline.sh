@@ -1,7 +1,8 @@
 #!/bin/bash
 # `ioplane serve` command line: --help lists every option and key with examples (exit 0);
-# each bad argument gets exactly one line on stderr and exit status 2, promptly, with no
-# socket left listening; an image that cannot be opened fails start-up with a message.
+# each bad argument gets exactly one line on stderr and exit status 1 (as in
+# qemu-storage-daemon), promptly, with no socket left listening; an image that cannot be
+# opened fails start-up with a message.
 . "$(dirname "$0")/nbd-lib.sh"
 
 [ -z "$NBD_TEST_PEER" ] || skip "the command line is ioplane's own"
@@ -18,7 +19,8 @@ echo "$out"
 for w in --iothreads --pidfile --max-connections --max-request-memory --poll-max-ns --image \
 	--nbd file= format=raw cache=none writeback aio=io_uring native threads read-only=on discard=unmap ignore \
 	detect-zeroes= driver=null size= latency-ns= read-zeroes= unix= tcp= image= name= \
-	writable=on description=; do
+	writable=on description= format=qcow2 backing= backing-format= data-file= l2-cache-size= \
+	--vhost-user-blk; do
 	grep -qF -- "$w" <<<"$out" || fail "serve --help does not mention '$w'"
 done
 grep -qi example <<<"$out" || fail "serve --help has no examples"
@@ -46,41 +48,41 @@ bad() {
 N=d0,driver=null,size=1G
 E=unix=$sock,image=d0
 F=d0,file=$img
-bad 2 --bogus --bogus
-bad 2 --iothreads --iothreads
-bad 2 abc --iothreads abc --image $N --nbd "$E"
-bad 2 -1 --iothreads -1 --image $N --nbd "$E"
-bad 2 -1 --max-connections -1 --image $N --nbd "$E"
-bad 2 "lots|max-connections" --max-connections lots --image $N --nbd "$E"
-bad 2 "lots|max-request-memory" --max-request-memory lots --image $N --nbd "$E"
-bad 2 "10K|max-request-memory" --max-request-memory 10K --image $N --nbd "$E"
-bad 2 "soon|poll-max-ns" --poll-max-ns soon --image $N --nbd "$E"
-bad 2 "-5|poll-max-ns" --poll-max-ns -5 --image $N --nbd "$E"
-bad 2 "99000000000|poll-max-ns" --poll-max-ns 99000000000 --image $N --nbd "$E"
-bad 2 --image --image
-bad 2 size --image d0,driver=null --nbd "$E"
-bad 2 "12Q|size" --image d0,driver=null,size=12Q --nbd "$E"
-bad 2 floppy --image d0,driver=floppy,size=1G --nbd "$E"
-bad 2 colour --image "$N,colour=blue" --nbd "$E"
-bad 2 "soon|latency-ns" --image "$N,latency-ns=soon" --nbd "$E"
-bad 2 "perhaps|read-zeroes" --image "$N,read-zeroes=perhaps" --nbd "$E"
-bad 2 d0 --image $N --image d0,driver=null,size=2G --nbd "$E"
-bad 2 "sometimes|cache" --image "$F,cache=sometimes" --nbd "$E"
-bad 2 "fast|aio" --image "$F,aio=fast" --nbd "$E"
-bad 2 "bogus|format" --image "$F,format=bogus" --nbd "$E"
-bad 2 "maybe|discard" --image "$F,discard=maybe" --nbd "$E"
-bad 2 "maybe|detect-zeroes" --image "$F,detect-zeroes=maybe" --nbd "$E"
-bad 2 "sometimes|read-only" --image "$F,read-only=sometimes" --nbd "$E"
-bad 2 nosuch --image $N --nbd "unix=$sock,image=nosuch"
-bad 2 "unix|tcp" --image $N --nbd image=d0
-bad 2 image --image $N --nbd "unix=$sock"
-bad 2 "maybe|writable" --image $N --nbd "$E,writable=maybe"
-bad 2 colour --image $N --nbd "$E,colour=blue"
-bad 2 99999 --image $N --nbd tcp=127.0.0.1:99999,image=d0
-bad 2 127.0.0.1 --image $N --nbd tcp=127.0.0.1,image=d0
-bad 2 port --image $N --nbd tcp=127.0.0.1:port,image=d0
-bad 2 d0 --image $N --nbd "$E" --nbd "$E"
-bad 2 stray --image $N --nbd "$E" stray-argument
+bad 1 --bogus --bogus
+bad 1 --iothreads --iothreads
+bad 1 abc --iothreads abc --image $N --nbd "$E"
+bad 1 -1 --iothreads -1 --image $N --nbd "$E"
+bad 1 -1 --max-connections -1 --image $N --nbd "$E"
+bad 1 "lots|max-connections" --max-connections lots --image $N --nbd "$E"
+bad 1 "lots|max-request-memory" --max-request-memory lots --image $N --nbd "$E"
+bad 1 "10K|max-request-memory" --max-request-memory 10K --image $N --nbd "$E"
+bad 1 "soon|poll-max-ns" --poll-max-ns soon --image $N --nbd "$E"
+bad 1 "-5|poll-max-ns" --poll-max-ns -5 --image $N --nbd "$E"
+bad 1 "99000000000|poll-max-ns" --poll-max-ns 99000000000 --image $N --nbd "$E"
+bad 1 --image --image
+bad 1 size --image d0,driver=null --nbd "$E"
+bad 1 "12Q|size" --image d0,driver=null,size=12Q --nbd "$E"
+bad 1 floppy --image d0,driver=floppy,size=1G --nbd "$E"
+bad 1 colour --image "$N,colour=blue" --nbd "$E"
+bad 1 "soon|latency-ns" --image "$N,latency-ns=soon" --nbd "$E"
+bad 1 "perhaps|read-zeroes" --image "$N,read-zeroes=perhaps" --nbd "$E"
+bad 1 d0 --image $N --image d0,driver=null,size=2G --nbd "$E"
+bad 1 "sometimes|cache" --image "$F,cache=sometimes" --nbd "$E"
+bad 1 "fast|aio" --image "$F,aio=fast" --nbd "$E"
+bad 1 "bogus|format" --image "$F,format=bogus" --nbd "$E"
+bad 1 "maybe|discard" --image "$F,discard=maybe" --nbd "$E"
+bad 1 "maybe|detect-zeroes" --image "$F,detect-zeroes=maybe" --nbd "$E"
+bad 1 "sometimes|read-only" --image "$F,read-only=sometimes" --nbd "$E"
+bad 1 nosuch --image $N --nbd "unix=$sock,image=nosuch"
+bad 1 "unix|tcp" --image $N --nbd image=d0
+bad 1 image --image $N --nbd "unix=$sock"
+bad 1 "maybe|writable" --image $N --nbd "$E,writable=maybe"
+bad 1 colour --image $N --nbd "$E,colour=blue"
+bad 1 99999 --image $N --nbd tcp=127.0.0.1:99999,image=d0
+bad 1 127.0.0.1 --image $N --nbd tcp=127.0.0.1,image=d0
+bad 1 port --image $N --nbd tcp=127.0.0.1:port,image=d0
+bad 1 d0 --image $N --nbd "$E" --nbd "$E"
+bad 1 stray --image $N --nbd "$E" stray-argument
 # Not a syntax error, but start-up must fail cleanly with a message naming the file.
 bad any does-not-exist --image d0,file="$NBD_TMP/does-not-exist.img" --nbd "$E"
 

@@ -16,13 +16,13 @@ nsock=$FUNC_TMP/nbd.sock
 truncate -s 32M "$img"
 truncate -s 8M "$img2"
 
-# Bad command lines are refused with exit 2 before anything listens.
+# Bad command lines are refused with exit 1 (as in qemu-storage-daemon) before anything listens.
 for bad in "unix=$sock" "image=d" "unix=$sock,image=nope" "unix=$sock,image=d,num-queues=0" \
 	"unix=$sock,image=d,num-queues=300" "unix=$sock,image=d,logical-block-size=1024" \
 	"unix=$sock,image=d,bogus=1" "unix=$sock,image=d,serial=123456789012345678901"; do
 	rc=0
 	"$IOPLANE" serve --image d,file="$img" --vhost-user-blk "$bad" >/dev/null 2>&1 || rc=$?
-	[ $rc -eq 2 ] || fail "--vhost-user-blk $bad: exit $rc, expected 2"
+	[ $rc -eq 1 ] || fail "--vhost-user-blk $bad: exit $rc, expected 1"
 done
 
 vhost_serve "$sock" --iothreads 2 --image d,file="$img" --image e,file="$img2" \

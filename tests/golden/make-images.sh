@@ -3,12 +3,16 @@
 # qemu-io, and records qemu-img's output for every case of cases.sh as the expected output
 # (expected/NAME.out: stdout, then "[exit N]", with file-system dependent sizes normalised).
 #
-# The images and .out files are committed: run this only to change the set (it rewrites
-# every image, so snapshot dates and the like change). Outputs named in KNOWN-DIFFERENCES
-# are where ioplane deliberately or knowingly prints something else than qemu-img; they are
-# not regenerated (review and update them by hand; the reason is given there).
+# The images and .out files are committed: run this only to change the set. Without
+# arguments it rewrites every image (so snapshot dates and the like change); with
+# --missing it makes only the images of EXTRA_IMAGES that are not there yet. Either way it
+# records every expected output again, from sparse copies of the images (see cases.sh).
+# Outputs named in KNOWN-DIFFERENCES are where ioplane deliberately or knowingly prints
+# something else than qemu-img; they are not regenerated (review and update them by hand;
+# the reason is given there).
 #
-# Usage: tests/golden/make-images.sh   (needs qemu-img, qemu-io, python3; TZ is forced to UTC)
+# Usage: tests/golden/make-images.sh [--missing]
+#        (needs qemu-img, qemu-io, python3, fallocate; TZ is forced to UTC)
 set -euo pipefail
 
 cd "$(dirname "$0")"
@@ -129,9 +133,77 @@ make_images() {
 	io extdata.qcow2 -c 'write -P 0xb1 4k 8k'
 
 	truncate -s 64k blank.raw
+	for n in $EXTRA_IMAGES; do
+		"img_$n"
+	done
 }
 
-# golden_case NAME ARGS...: record qemu-img's output for this case.
+# Images added later, each by its img_NAME (NAME.qcow2 is the image --missing looks for).
+EXTRA_IMAGES="prealloc utf8 ovl-odd nobacking bitmaps bminuse frag"
+
+# A backing file name (never opened: -u) of every kind of byte qemu-img's JSON escapes:
+# controls, quotes, valid UTF-8 of 2, 3 and 4 bytes, and invalid sequences (overlong,
+# surrogates, noncharacters, past U+10FFFF, 5 and 6 bytes, cut short, stray bytes).
+img_utf8() {
+	local n
+	n=$(printf 'a/b\b\f\r\t\n"\\\x1f\x7f\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xef\xbf\xbd')
+	n+=$(printf '\xc0\x80\xc0\xaf\xc1\xbf\xe0\x80\x80\xed\xa0\x80\xed\xbf\xbf\xef\xb7\x90')
+	n+=$(printf '\xef\xbf\xbe\xf4\x90\x80\x80\xf8\x88\x80\x80\x80\xfc\x84\x80\x80\x80\x80')
+	n+=$(printf '\xe2\x82(\xc3(\xff\xfe\x80.qcow2')
+	q -u -b "$n" -F qcow2 utf8.qcow2 64k
+}
+
+# A raw backing file of 1000 bytes, not whole sectors: qemu-img sizes it to 1024, the
+# rest reading as zeroes.
+img_ovl-odd() {
+	python3 -c 'import sys; sys.stdout.buffer.write(bytes([0x5a]) * 1000)' >odd.raw
+	q -b odd.raw -F raw ovl-odd.qcow2 64k
+}
+
+# Persistent bitmaps (qemu-img bitmap): one enabled, one disabled of another granularity
+# and a space in its name; the enabled one records a write, so it has a data cluster.
+img_bitmaps() {
+	q -o cluster_size=4k bitmaps.qcow2 1M
+	qemu-img bitmap --add bitmaps.qcow2 b0
+	qemu-img bitmap --add -g 128k --disable bitmaps.qcow2 'second bitmap'
+	io bitmaps.qcow2 -c 'write -P 0xd1 0 64k'
+}
+
+# Bitmaps left in use: the writer crashed before it saved them.
+img_bminuse() {
+	q -o cluster_size=4k bminuse.qcow2 1M
+	qemu-img bitmap --add bminuse.qcow2 b0
+	qemu-img bitmap --add --disable bminuse.qcow2 b1
+	io bminuse.qcow2 -c 'write -P 0xd2 0 8k'
+	(ulimit -c 0; qemu-io -f qcow2 -c 'write -P 0xd3 64k 8k' -c abort bminuse.qcow2 \
+		>/dev/null 2>&1) || true
+}
+
+# Fragmentation over several L2 tables (4k clusters: 2 MiB each), after a snapshot made
+# the rewritten clusters and their tables move.
+img_frag() {
+	q -o cluster_size=4k frag.qcow2 16M
+	io frag.qcow2 -c 'write -P 1 0 8k' -c 'write -P 1 2M 8k' -c 'write -P 1 4M 8k' \
+		-c 'write -P 1 6M 8k' -c 'write -P 1 8M 8k'
+	qemu-img snapshot -c s1 frag.qcow2
+	io frag.qcow2 -c 'write -P 2 4k 4k' -c 'write -P 2 2M 4k' -c 'write -P 3 4M 4k' \
+		-c 'write -P 3 6M 4k'
+}
+
+# A backing file that is not there: info works, check and map do not.
+img_nobacking() {
+	q -u -b missing-base.qcow2 -F qcow2 nobacking.qcow2 64k
+}
+
+# preallocation=metadata: data clusters over holes (qemu-img map says they read as zero),
+# and one written.
+img_prealloc() {
+	q -o cluster_size=4k,preallocation=metadata prealloc.qcow2 256k
+	io prealloc.qcow2 -c 'write -P 0xc1 8k 4k'
+}
+
+# golden_case NAME ARGS...: record qemu-img's output for this case (in the sparse copies'
+# directory, $work).
 golden_case() {
 	local name=$1 rc=0
 	shift
@@ -139,12 +211,37 @@ golden_case() {
 		return 0
 	fi
 	{
-		qemu-img "$@" 2>/dev/null || rc=$?
+		(cd "$work" && qemu-img "$@" 2>/dev/null) || rc=$?
 		echo "[exit $rc]"
 	} | golden_normalise >"expected/$name.out"
 }
 
-make_images
+# golden_case_err NAME ARGS...: the same with stderr after stdout.
+golden_case_err() {
+	local name=$1 rc=0
+	shift
+	if grep -qx "$name" <(sed -e 's/[[:space:]]*#.*//' -e '/^$/d' KNOWN-DIFFERENCES); then
+		return 0
+	fi
+	{
+		(cd "$work" && qemu-img "$@" 2>"$work/stderr") || rc=$?
+		echo "[stderr]"
+		cat "$work/stderr"
+		echo "[exit $rc]"
+	} | golden_normalise >"expected/$name.out"
+}
+
+if [ "${1:-}" = --missing ]; then
+	for n in $EXTRA_IMAGES; do
+		[ -e "$n.qcow2" ] || "img_$n"
+	done
+else
+	make_images
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp ./*.qcow2 ./*.raw "$work/"
+golden_sparsify "$work"/*.qcow2 "$work"/*.raw
 mkdir -p expected
 golden_cases
 echo "made $(ls ./*.qcow2 ./*.raw | wc -l) images and $(ls expected | wc -l) expected outputs"

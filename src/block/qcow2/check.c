@@ -30,32 +30,63 @@ struct ck {
 	struct qc_state *s;
 	struct qcow2_check_result *r;
 	uint32_t *refs;
-	uint64_t n;   /* clusters counted */
-	uint8_t *buf; /* one cluster */
-	uint64_t prev_host;
+	uint64_t n;         /* clusters counted */
+	uint8_t *buf;       /* one cluster */
+	uint64_t prev_host; /* the last data cluster of the L2 table being walked */
 	int flags;
 	bool fix_copied; /* repair COPIED flags (decided after the refcounts) */
-	bool rb_bad;     /* a refcount block is referenced more than once */
+	bool preview;    /* ck_compare only reports (before a repair), counts nothing */
+	qcow2_check_report_fn *report; /* NULL: silent */
+	void *report_opaque;
+	bool rb_bad; /* a refcount block is referenced more than once */
 	/* L2 tables named by the active L1 (act) and by the snapshots' (snap):
 	 * l2 counts the entries naming one, rbf is the first (its L1 index). */
 	struct qc_mset act, snap;
 };
 
+static void ck_say(struct ck *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void ck_error(struct ck *k, bool leak, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+static void ck_vsay(struct ck *k, bool problem, const char *fmt, va_list ap)
+{
+	char line[sizeof(k->r->first_error)];
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	if (problem && !k->r->first_error[0])
+		memcpy(k->r->first_error, line, sizeof(line));
+	if (k->report)
+		k->report(k->report_opaque, line);
+}
+
+/* A line of the report that is not a problem found ("Repairing ..."). */
+static void ck_say(struct ck *k, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	ck_vsay(k, false, fmt, ap);
+	va_end(ap);
+}
+
+/* A problem: counted, reported (in qemu-img check's words where it has
+ * them: "ERROR ...", "Leaked cluster ..."), the first kept in first_error. */
 static void ck_error(struct ck *k, bool leak, const char *fmt, ...)
 {
 	va_list ap;
 
+	if (k->preview) {
+		va_start(ap, fmt);
+		ck_vsay(k, false, fmt, ap);
+		va_end(ap);
+		return;
+	}
 	if (leak)
 		k->r->leaks++;
 	else
 		k->r->corruptions++;
-	if (k->r->first_error[0])
-		return;
 	va_start(ap, fmt);
-	vsnprintf(k->r->first_error, sizeof(k->r->first_error), fmt, ap);
+	ck_vsay(k, true, fmt, ap);
 	va_end(ap);
 }
 
@@ -71,8 +102,8 @@ static void ck_ref1(struct ck *k, uint64_t c, uint64_t w)
 	}
 	over = w - (max - k->refs[c]);
 	k->refs[c] = (uint32_t)max;
-	ck_error(k, false, "cluster %llu: more references than a refcount holds",
-		 (unsigned long long)c);
+	ck_error(k, false, "ERROR: overflow cluster offset=0x%llx",
+		 (unsigned long long)(c << k->s->cluster_bits));
 	k->r->corruptions += over - 1;
 }
 
@@ -87,8 +118,12 @@ static void ck_ref_n(struct ck *k, uint64_t off, uint64_t len, uint64_t w, const
 	last = (off + len - 1) >> k->s->cluster_bits;
 	for (; c <= last; c++) {
 		if (c >= k->n) {
-			ck_error(k, false, "%s at 0x%llx is past the end of the file", what,
-				 (unsigned long long)off);
+			ck_error(
+				k, false,
+				"ERROR: counting reference for region exceeding the "
+				"end of the file by one cluster or more: offset 0x%llx size 0x%llx "
+				"(%s)",
+				(unsigned long long)off, (unsigned long long)len, what);
 			return;
 		}
 		ck_ref1(k, c, w);
@@ -120,16 +155,19 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 	const char *why = qc_entry_problem(s, gc, e, bm, QC_OL_FIXED, buf, sizeof(buf));
 
 	if (why) {
-		ck_error(k, false, "L2 entry 0x%llx of guest cluster %llu %s",
+		ck_error(k, false, "ERROR L2 entry 0x%llx of guest cluster %llu %s",
 			 (unsigned long long)e, (unsigned long long)gc, why);
 		return;
 	}
 	if (e & QC_OFLAG_COMPRESSED) {
 		qc_comp_desc(s, e, &off, &len);
 		ck_ref_n(k, off, len, w, "compressed cluster");
+		/* As QEMU: compressed clusters count as fragmented (their
+		 * sectors are read again for each), and leave prev_host be. */
 		if (active) {
 			k->r->allocated_clusters += w;
 			k->r->compressed_clusters += w;
+			k->r->fragmented_clusters += w;
 		}
 		return;
 	}
@@ -144,7 +182,7 @@ static void ck_l2_entry(struct ck *k, uint64_t gc, uint64_t e, uint64_t bm, bool
 	if (active) {
 		k->r->allocated_clusters += w;
 		if (k->prev_host && off != k->prev_host + s->cluster_size)
-			k->r->fragmented_clusters++;
+			k->r->fragmented_clusters += w;
 		k->prev_host = off;
 	}
 }
@@ -160,6 +198,9 @@ static int ck_l2(struct ck *k, uint64_t l2off, uint64_t l1i, bool active, uint64
 		k->r->check_errors++;
 		return 0;
 	}
+	/* Fragmentation counts within one table, as in QEMU (which walks a
+	 * table once per L1 entry naming it: w times). */
+	k->prev_host = 0;
 	for (i = 0; i < n; i++) {
 		const uint8_t *p = k->buf + i * s->l2_entry_bytes;
 
@@ -187,7 +228,7 @@ static int ck_l1_collect(struct ck *k, const uint64_t *l1, uint64_t size, bool a
 			continue;
 		why = qc_l1e_problem(s, l1[i], QC_OL_FIXED, buf, sizeof(buf));
 		if (why) {
-			ck_error(k, false, "%sL1 entry %llu (0x%llx): L2 table offset %s",
+			ck_error(k, false, "ERROR %sL1 entry %llu (0x%llx): L2 table offset %s",
 				 active ? "" : "snapshot ", (unsigned long long)i,
 				 (unsigned long long)l1[i], why);
 			continue;
@@ -237,7 +278,7 @@ static int ck_snapshot_l1(struct ck *k, const struct qc_snapshot *sn, uint64_t w
 	ck_ref_n(k, sn->l1_offset, bytes, w, "snapshot L1 table");
 	if (claimed) {
 		ck_error(k, false,
-			 "the L1 table of snapshot %.64s at 0x%llx overlaps other "
+			 "ERROR the L1 table of snapshot %.64s at 0x%llx overlaps other "
 			 "metadata",
 			 sn->id, (unsigned long long)sn->l1_offset);
 		return 0;
@@ -309,6 +350,63 @@ static void ck_fixed_meta(struct ck *k)
 	ck_ref(k, s->rct_offset, s->rct_size * 8, "refcount table");
 }
 
+/* ---- bitmaps: the directory, each table, the data clusters it names ---- */
+
+#define CK_BM_RESERVED 0xff000000000001feull
+#define CK_BM_OFFSET 0x00fffffffffffe00ull
+#define CK_BM_ALL_ONES 1ull
+
+/* One bitmap table, a cluster at a time; bad entries are corruptions. */
+static int ck_bitmap_table(struct ck *k, const struct qcow2_bitmap_info *b)
+{
+	struct qc_state *s = k->s;
+	uint64_t tb = (uint64_t)b->table_size * 8, pos, i, e, off, chunk;
+
+	ck_ref(k, b->table_offset, tb, "bitmap table");
+	for (pos = 0; pos < tb; pos += chunk) {
+		chunk = tb - pos < s->cluster_size ? tb - pos : s->cluster_size;
+		if (qc_co_pread_clamped(s->file, b->table_offset + pos, k->buf, chunk)) {
+			k->r->check_errors++;
+			return 0;
+		}
+		for (i = 0; i < chunk; i += 8) {
+			e = qc_rd64(k->buf + i);
+			off = e & CK_BM_OFFSET;
+			if ((e & CK_BM_RESERVED) || off % s->cluster_size ||
+			    ((e & CK_BM_ALL_ONES) && off))
+				ck_error(k, false, "ERROR bitmap '%.64s': bad table entry 0x%llx",
+					 b->name, (unsigned long long)e);
+			else if (off)
+				ck_ref(k, off, s->cluster_size, "bitmap data cluster");
+		}
+	}
+	return 0;
+}
+
+/* While the autoclear bit says the bitmaps are valid, their clusters are in
+ * use (QEMU counts them; without this a repair would free them). */
+static int ck_bitmaps(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	struct qcow2_bitmap_info *b;
+	unsigned n, i;
+	char err[160];
+
+	if (!s->bmdir_bytes)
+		return 0;
+	ck_ref(k, s->bmdir_offset, s->bmdir_bytes, "bitmap directory");
+	if (qc_bitmaps_read(s, &b, &n, err, sizeof(err))) {
+		k->r->check_errors++;
+		ck_say(k, "ERROR %s", err);
+		snprintf(k->r->first_error, sizeof(k->r->first_error), "%s", err);
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i++)
+		ck_bitmap_table(k, &b[i]);
+	qcow2_bitmaps_free(b, n);
+	return 0;
+}
+
 /* Refcount blocks, last (as QEMU counts them): one that anything else
  * holds too, or that two table entries name, is a corruption that only a
  * rebuild of the refcount structures repairs. */
@@ -324,8 +422,8 @@ static void ck_refblocks(struct ck *k)
 		c = s->rct[i] >> s->cluster_bits;
 		if (c < k->n && k->refs[c] != 1) {
 			k->rb_bad = true;
-			ck_error(k, false, "refcount block %llu at 0x%llx: %u references",
-				 (unsigned long long)i, (unsigned long long)s->rct[i], k->refs[c]);
+			ck_error(k, false, "ERROR refcount block %llu refcount=%u",
+				 (unsigned long long)i, k->refs[c]);
 		}
 	}
 }
@@ -344,7 +442,8 @@ static bool ck_rb_bad(struct ck *k, uint64_t t)
 
 	if (!ck_rb_overlaps(k, t, what, sizeof(what)))
 		return false;
-	ck_error(k, false, "refcount block 0x%llx (refcount table entry %llu) overlaps the %s",
+	ck_error(k, false,
+		 "ERROR refcount block 0x%llx (refcount table entry %llu) overlaps the %s",
 		 (unsigned long long)k->s->rct[t], (unsigned long long)t, what);
 	return true;
 }
@@ -352,6 +451,54 @@ static bool ck_rb_bad(struct ck *k, uint64_t t)
 /* Compare and repair, for the clusters of the file only, as QEMU: the blocks
  * may claim refcounts far past its end (a table whose entries all name one
  * block claims them for entries x block entries clusters). */
+/* Cluster c's refcount rc against want counted references: repaired where
+ * the flags allow, reported as qemu-img check reports it. */
+static void ck_compare_one(struct ck *k, uint64_t c, uint64_t rc, uint64_t want)
+{
+	bool leak = rc > want;
+
+	if (!k->preview && (k->flags & (leak ? QCOW2_FIX_LEAKS : QCOW2_FIX_ERRORS)) &&
+	    qc_rc_set(k->s, c, rc, want) == 0) {
+		if (leak)
+			k->r->leaks_fixed++;
+		else
+			k->r->corruptions_fixed++;
+		ck_say(k, "Repairing cluster %llu refcount=%llu reference=%llu",
+		       (unsigned long long)c, (unsigned long long)rc, (unsigned long long)want);
+		return;
+	}
+	ck_error(k, leak, "%s cluster %llu refcount=%llu reference=%llu", leak ? "Leaked" : "ERROR",
+		 (unsigned long long)c, (unsigned long long)rc, (unsigned long long)want);
+}
+
+/* Referenced clusters that no refcount block covers (refcount 0). */
+static void ck_compare_uncovered(struct ck *k)
+{
+	struct qc_state *s = k->s;
+	uint64_t c, t;
+
+	for (c = 0; c < k->n; c++) {
+		t = c >> s->rb_bits;
+		if (!k->refs[c] || (t < s->rct_size && s->rct[t]))
+			continue;
+		k->r->image_end_offset = (c + 1) << s->cluster_bits;
+		if (!k->preview && (k->flags & QCOW2_FIX_ERRORS) &&
+		    qc_rc_update(s, c, k->refs[c]) == 0) {
+			k->r->corruptions_fixed++;
+			ck_say(k, "Repairing cluster %llu refcount=0 reference=%u",
+			       (unsigned long long)c, k->refs[c]);
+		} else {
+			ck_error(k, false, "ERROR cluster %llu refcount=0 reference=%u",
+				 (unsigned long long)c, k->refs[c]);
+		}
+	}
+}
+
+/* Compare and repair, for the clusters of the file only, as QEMU: the blocks
+ * may claim refcounts far past its end (a table whose entries all name one
+ * block claims them for entries x block entries clusters). With k->preview,
+ * only report (and count nothing): QEMU reports every problem before it
+ * repairs any. */
 static int ck_compare(struct ck *k)
 {
 	struct qc_state *s = k->s;
@@ -373,35 +520,10 @@ static int ck_compare(struct ck *k)
 		/* As QEMU: leaked clusters are in use too. */
 		if (want || rc)
 			k->r->image_end_offset = (c + 1) << s->cluster_bits;
-		if (rc == want)
-			continue;
-		if (rc > want && (k->flags & QCOW2_FIX_LEAKS)) {
-			if (qc_rc_set(s, c, rc, want) == 0) {
-				k->r->leaks_fixed++;
-				continue;
-			}
-		} else if (rc < want && (k->flags & QCOW2_FIX_ERRORS)) {
-			if (qc_rc_set(s, c, rc, want) == 0) {
-				k->r->corruptions_fixed++;
-				continue;
-			}
-		}
-		ck_error(k, rc > want, "cluster %llu: refcount %llu, references %llu",
-			 (unsigned long long)c, (unsigned long long)rc, (unsigned long long)want);
+		if (rc != want)
+			ck_compare_one(k, c, rc, want);
 	}
-	/* Referenced clusters that no refcount block covers. */
-	for (c = 0; c < k->n; c++) {
-		uint64_t t = c >> s->rb_bits;
-
-		if (k->refs[c] && (t >= s->rct_size || !s->rct[t])) {
-			k->r->image_end_offset = (c + 1) << s->cluster_bits;
-			if ((k->flags & QCOW2_FIX_ERRORS) && qc_rc_update(s, c, k->refs[c]) == 0)
-				k->r->corruptions_fixed++;
-			else
-				ck_error(k, false, "cluster %llu in use but not counted",
-					 (unsigned long long)c);
-		}
-	}
+	ck_compare_uncovered(k);
 	return 0;
 }
 
@@ -444,33 +566,47 @@ static int ck_needs_rebuild(struct ck *k, bool *rebuild)
 /* As QEMU does, the flag is compared with the stored refcount (repaired by
  * ck_compare first), so an unrepaired wrong refcount also counts as a wrong
  * flag. Refcounts that cannot be read were reported already: skipped. */
-static bool ck_copied_ok(struct ck *k, uint64_t e, uint64_t off, bool data)
+static bool ck_copied_ok(struct ck *k, uint64_t e, uint64_t off, bool data, uint64_t *rc)
 {
 	struct qc_state *s = k->s;
-	uint64_t c = off >> s->cluster_bits, ti = c >> s->rb_bits, rc = 0;
+	uint64_t c = off >> s->cluster_bits, ti = c >> s->rb_bits;
 
+	*rc = 1;
 	if (data && s->data_external)
 		return (e & QC_OFLAG_COPIED) != 0;
+	*rc = 0;
 	if (ti < s->rct_size && s->rct[ti] &&
 	    (qc_meta_overlap(s, QC_OL_FIXED, s->rct[ti], s->cluster_size, NULL, 0) ||
-	     qc_rc_get(s, c, &rc)))
+	     qc_rc_get(s, c, rc)))
 		return true;
-	return !!(e & QC_OFLAG_COPIED) == (rc == 1);
+	return !!(e & QC_OFLAG_COPIED) == (*rc == 1);
 }
 
-static void ck_copied_fix(struct ck *k, int ret, const char *what, uint64_t idx)
+/* A wrong flag in entry e (L2 entry idx of a data cluster, or L1 entry idx
+ * of an L2 table) of a cluster with refcount rc, in qemu-img's words. */
+static void ck_copied_fix(struct ck *k, int ret, bool data, uint64_t idx, uint64_t e, uint64_t rc)
 {
-	if (k->fix_copied && ret == 0)
-		k->r->corruptions_fixed++;
+	bool fixed = k->fix_copied && ret == 0;
+	char what[64];
+
+	if (data)
+		snprintf(what, sizeof(what), "data cluster: l2_entry=%llx", (unsigned long long)e);
 	else
-		ck_error(k, false, "OFLAG_COPIED wrong in %s entry %llu", what,
-			 (unsigned long long)idx);
+		snprintf(what, sizeof(what), "L2 cluster: l1_index=%llu l1_entry=%llx",
+			 (unsigned long long)idx, (unsigned long long)e);
+	if (fixed) {
+		k->r->corruptions_fixed++;
+		ck_say(k, "Repairing OFLAG_COPIED %s refcount=%llu", what, (unsigned long long)rc);
+	} else {
+		ck_error(k, false, "ERROR OFLAG_COPIED %s refcount=%llu", what,
+			 (unsigned long long)rc);
+	}
 }
 
 static void ck_copied_l2(struct ck *k, uint64_t l2off)
 {
 	struct qc_state *s = k->s;
-	uint64_t i, e, off;
+	uint64_t i, e, off, rc;
 
 	if (qc_co_pread_clamped(s->file, l2off, k->buf, s->cluster_size)) {
 		k->r->check_errors++;
@@ -480,10 +616,10 @@ static void ck_copied_l2(struct ck *k, uint64_t l2off)
 		e = qc_rd64(k->buf + i * s->l2_entry_bytes);
 		off = e & QC_OFFSET_MASK;
 		if ((e & QC_OFLAG_COMPRESSED) || (!off && !(e & QC_OFLAG_COPIED)) ||
-		    ck_copied_ok(k, e, off, true))
+		    ck_copied_ok(k, e, off, true, &rc))
 			continue;
 		ck_copied_fix(k, k->fix_copied ? qc_l2_patch(s, l2off, i, e ^ QC_OFLAG_COPIED) : -1,
-			      "L2", i);
+			      true, i, e, rc);
 	}
 }
 
@@ -491,7 +627,7 @@ static void ck_copied(struct ck *k)
 {
 	struct qc_state *s = k->s;
 	struct qc_mslot *sl;
-	uint64_t i, off;
+	uint64_t i, off, rc, e;
 	char buf[160];
 
 	/* -r leaks repairs the flags only when nothing else is wrong (QEMU:
@@ -505,14 +641,15 @@ static void ck_copied(struct ck *k)
 		if (!off || qc_l1e_problem(s, s->l1[i], QC_OL_ALL & ~QC_OL_L2, buf, sizeof(buf)) ||
 		    (off >> s->cluster_bits) >= k->n)
 			continue;
-		if (!ck_copied_ok(k, s->l1[i], off, false)) {
+		if (!ck_copied_ok(k, s->l1[i], off, false, &rc)) {
+			e = s->l1[i];
 			if (k->fix_copied) {
 				pthread_mutex_lock(&s->lock);
 				s->l1[i] ^= QC_OFLAG_COPIED;
 				s->l1_dirty[i / QC_TABLE_CHUNK] = 1;
 				pthread_mutex_unlock(&s->lock);
 			}
-			ck_copied_fix(k, 0, "L1", i);
+			ck_copied_fix(k, 0, false, i, e, rc);
 		}
 		/* A table that several entries name is looked at once. */
 		sl = qc_mset_lookup(&k->act, off >> s->cluster_bits);
@@ -563,13 +700,21 @@ static int ck_run(struct ck *k)
 	if (!ret)
 		ret = ck_snapshots(k);
 	if (!ret)
+		ret = ck_bitmaps(k);
+	if (!ret)
 		ck_refblocks(k);
+	if (!ret && k->flags) {
+		k->preview = true;
+		ret = ck_compare(k);
+		k->preview = false;
+	}
 	if (!ret && k->flags && !(k->flags & QCOW2_FIX_ERRORS)) {
 		bool rebuild;
 
 		ret = ck_needs_rebuild(k, &rebuild);
 		if (!ret && rebuild) {
 			k->r->check_errors++;
+			ck_say(k, "ERROR need to rebuild refcount structures");
 			snprintf(k->r->first_error, sizeof(k->r->first_error),
 				 "need to rebuild refcount structures");
 			return -EIO;
@@ -588,13 +733,20 @@ struct ck_ctx {
 	struct qc_state *s;
 	int flags;
 	struct qcow2_check_result *r;
+	qcow2_check_report_fn *report;
+	void *opaque;
 };
 
-static int ck_pass(struct qc_state *s, int flags, struct qcow2_check_result *r)
+/* One pass; reports to c's hook unless silent (a repair's verification). */
+static int ck_pass(const struct ck_ctx *c, int flags, struct qcow2_check_result *r, bool silent)
 {
-	struct ck k = {.s = s, .r = r, .flags = flags};
+	struct ck k = {.s = c->s, .r = r, .flags = flags};
 	int ret;
 
+	if (!silent) {
+		k.report = c->report;
+		k.report_opaque = c->opaque;
+	}
 	memset(r, 0, sizeof(*r));
 	ret = ck_run(&k);
 	free(k.refs);
@@ -628,12 +780,12 @@ static int ck_mark_consistent(struct qc_state *s)
 static int ck_repair(struct ck_ctx *c, bool *consistent)
 {
 	struct qcow2_check_result v;
-	int ret = ck_pass(c->s, c->flags, c->r);
+	int ret = ck_pass(c, c->flags, c->r, false);
 
 	if (ret || c->r->corruptions || c->r->check_errors || c->s->corrupt)
 		return ret;
 	if (c->r->leaks_fixed || c->r->corruptions_fixed) {
-		ret = ck_pass(c->s, 0, &v);
+		ret = ck_pass(c, 0, &v, true);
 		if (ret || v.corruptions || v.check_errors || c->s->corrupt)
 			return ret;
 	}
@@ -651,7 +803,7 @@ static int ck_co(void *arg)
 
 	qc_co_lock(s, &s->meta);
 	if (!c->flags) {
-		ret = ck_pass(s, 0, c->r);
+		ret = ck_pass(c, 0, c->r, false);
 	} else {
 		/* A corrupt image (opened with repair=on) is written by the
 		 * repair only: no request is in flight during a check. */
@@ -666,7 +818,13 @@ static int ck_co(void *arg)
 
 int qcow2_check(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r)
 {
-	struct ck_ctx c = {qcow2_is(bs) ? qc_state(bs) : NULL, repair_flags, r};
+	return qcow2_check_report(bs, repair_flags, r, NULL, NULL);
+}
+
+int qcow2_check_report(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r,
+		       qcow2_check_report_fn *report, void *opaque)
+{
+	struct ck_ctx c = {qcow2_is(bs) ? qc_state(bs) : NULL, repair_flags, r, report, opaque};
 
 	memset(r, 0, sizeof(*r));
 	if (!c.s)

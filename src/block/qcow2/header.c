@@ -129,9 +129,11 @@ static int hdr_ext_string(char **dst, bool *seen, const uint8_t *p, uint32_t len
 }
 
 /* Bitmaps are not maintained (a read-write open clears the autoclear bit, as
- * any program without bitmap support does), but while the bit is set the
- * directory is metadata: checked as QEMU does, and kept clear of guest data.
- * Without the bit the extension is ignored, as in QEMU. */
+ * any program without bitmap support does; not img check -r's, which writes
+ * no guest data), but while the bit is set the directory is metadata:
+ * checked as QEMU does, kept clear of guest data, and its tables and their
+ * clusters counted by the check. Without the bit the extension is ignored,
+ * as in QEMU. */
 static int hdr_ext_bitmaps(struct qc_state *s, struct hdr_exts *x, const uint8_t *p, uint32_t len,
 			   char *err, size_t errlen)
 {
@@ -580,6 +582,123 @@ int qcow2_get_info(struct blk_node *bs, struct qcow2_info *info)
 	if (ret)
 		qcow2_info_free(info);
 	return ret;
+}
+
+/* ---- the bitmap directory (read-only: for img info and check) ---- */
+
+#define BM_ENTRY_LEN 24
+#define BM_MAX_TABLE_SIZE 0x8000000u
+#define BM_MAX_PHYS_BYTES 0x20000000u
+#define BM_MIN_GRAN_BITS 9
+#define BM_MAX_GRAN_BITS 31
+#define BM_MAX_NAME 1023
+
+/* One directory entry at p (len bytes left), checked as QEMU loads it. */
+static int hdr_bitmap_one(const struct qc_state *s, const uint8_t *p, uint64_t len,
+			  struct qcow2_bitmap_info *b, uint64_t *entry_len, char *err,
+			  size_t errlen)
+{
+	uint32_t extra, tsize, flags;
+	uint16_t nlen;
+	uint8_t type, gbits;
+	uint64_t phys;
+
+	if (len < BM_ENTRY_LEN)
+		return hdr_err(err, errlen, "broken bitmap directory");
+	b->table_offset = qc_rd64(p);
+	b->table_size = tsize = qc_rd32(p + 8);
+	b->flags = flags = qc_rd32(p + 12);
+	type = p[16];
+	gbits = p[17];
+	nlen = qc_rd16(p + 18);
+	extra = qc_rd32(p + 20);
+	*entry_len = qc_align_up((uint64_t)BM_ENTRY_LEN + extra + nlen, 8);
+	if (*entry_len > len)
+		return hdr_err(err, errlen, "broken bitmap directory");
+	if (extra)
+		return hdr_err(err, errlen, "bitmap extra data is not supported");
+	phys = (uint64_t)tsize * s->cluster_size;
+	if (!tsize || !b->table_offset || b->table_offset % s->cluster_size ||
+	    tsize > BM_MAX_TABLE_SIZE || gbits < BM_MIN_GRAN_BITS || gbits > BM_MAX_GRAN_BITS ||
+	    (flags & ~(QCOW2_BITMAP_IN_USE | QCOW2_BITMAP_AUTO)) || nlen > BM_MAX_NAME ||
+	    type != 1 || phys > BM_MAX_PHYS_BYTES ||
+	    (!(flags & QCOW2_BITMAP_IN_USE) && s->h.size > ((phys * 8) << gbits)))
+		return hdr_err(err, errlen, "bitmap '%.*s' does not satisfy the constraints",
+			       (int)nlen, (const char *)p + BM_ENTRY_LEN);
+	b->granularity = 1u << gbits;
+	b->name = strndup((const char *)p + BM_ENTRY_LEN, nlen);
+	return b->name ? 0 : -ENOMEM;
+}
+
+int qc_bitmaps_read(struct qc_state *s, struct qcow2_bitmap_info **out, unsigned *n, char *err,
+		    size_t errlen)
+{
+	uint64_t pos = 0, elen = 0;
+	uint8_t *dir;
+	int ret = 0;
+
+	*out = NULL;
+	*n = 0;
+	if (!s->bmdir_bytes) /* none, or ignored: the autoclear bit is clear */
+		return 0;
+	dir = malloc(s->bmdir_bytes);
+	*out = calloc(s->nb_bitmaps, sizeof(**out));
+	if (!dir || !*out)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = qc_co_pread_clamped(s->file, s->bmdir_offset, dir, s->bmdir_bytes);
+	while (!ret && pos < s->bmdir_bytes) {
+		if (*n == s->nb_bitmaps) {
+			ret = hdr_err(err, errlen, "more bitmaps found than the header says");
+			break;
+		}
+		ret = hdr_bitmap_one(s, dir + pos, s->bmdir_bytes - pos, &(*out)[*n], &elen, err,
+				     errlen);
+		(*n) += !ret;
+		pos += elen;
+	}
+	if (!ret && *n != s->nb_bitmaps)
+		ret = hdr_err(err, errlen, "fewer bitmaps found than the header says");
+	free(dir);
+	if (ret) {
+		qcow2_bitmaps_free(*out, *n);
+		*out = NULL;
+		*n = 0;
+	}
+	return ret;
+}
+
+struct hdr_bm_ctx {
+	struct qc_state *s;
+	struct qcow2_bitmap_info **out;
+	unsigned *n;
+	char *err;
+	size_t errlen;
+};
+
+static int hdr_bitmaps_co(void *arg)
+{
+	struct hdr_bm_ctx *c = arg;
+
+	return qc_bitmaps_read(c->s, c->out, c->n, c->err, c->errlen);
+}
+
+int qcow2_get_bitmaps(struct blk_node *bs, struct qcow2_bitmap_info **out, unsigned *n, char *err,
+		      size_t errlen)
+{
+	struct hdr_bm_ctx c = {qcow2_is(bs) ? bs->opaque : NULL, out, n, err, errlen};
+
+	*out = NULL;
+	*n = 0;
+	err[0] = 0;
+	return c.s ? qc_run_sync(hdr_bitmaps_co, &c) : -EINVAL;
+}
+
+void qcow2_bitmaps_free(struct qcow2_bitmap_info *b, unsigned n)
+{
+	for (unsigned i = 0; b && i < n; i++)
+		free(b[i].name);
+	free(b);
 }
 
 void qcow2_info_free(struct qcow2_info *info)

@@ -538,6 +538,11 @@ int qc_cache_writeback(struct qc_state *s, struct qc_cache *c);
 /* Full metadata writeback with ordering (refcounts, L2, L1); meta held. */
 int qc_metadata_writeback(struct qc_state *s, bool data_too);
 
+/* header.c: the bitmap directory, in a coroutine (qcow2_get_bitmaps). */
+struct qcow2_bitmap_info;
+int qc_bitmaps_read(struct qc_state *s, struct qcow2_bitmap_info **out, unsigned *n, char *err,
+		    size_t errlen);
+
 /* ---- refcount.c ---- */
 int qc_rc_get(struct qc_state *s, uint64_t cluster, uint64_t *rc);
 int qc_rc_update(struct qc_state *s, uint64_t cluster, int64_t delta);

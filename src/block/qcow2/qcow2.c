@@ -485,7 +485,9 @@ static int qc_open_rw_checks(struct qc_state *s, char *err, size_t errlen)
 			 "read-only (repair it with 'ioplane img check -r all')");
 		return -EROFS;
 	}
-	if (s->h.autoclear & ~QC_AUTOCLEAR_KNOWN)
+	/* A writer that does not maintain bitmaps must say so; a repair (img
+	 * check -r) writes no guest data and keeps the bitmaps' clusters. */
+	if ((s->h.autoclear & ~QC_AUTOCLEAR_KNOWN) && !s->repair)
 		ret = qc_run_sync(qc_clear_autoclear, s);
 	if (ret)
 		snprintf(err, errlen, "qcow2: cannot update the header: %s", strerror(-ret));
@@ -745,6 +747,39 @@ struct blk_node *qcow2_backing(struct blk_node *bs)
 uint64_t qcow2_cluster_size(const struct blk_node *bs)
 {
 	return qcow2_is(bs) ? ((const struct qc_state *)bs->opaque)->cluster_size : 0;
+}
+
+struct qc_count_ctx {
+	struct qc_state *s;
+	uint64_t limit, count;
+};
+
+static int qc_count_co(void *arg)
+{
+	struct qc_count_ctx *c = arg;
+	struct qc_state *s = c->s;
+	uint64_t i, rc, end = qc_align_up(s->file->size, s->cluster_size) >> s->cluster_bits;
+	int ret = 0;
+
+	qc_co_lock(s, &s->meta);
+	for (i = 0; i < end && c->count < c->limit && !ret; i++) {
+		ret = qc_rc_get(s, i, &rc);
+		c->count += rc != 0;
+	}
+	qc_co_unlock(s, &s->meta);
+	return ret;
+}
+
+int qcow2_count_refcounted(struct blk_node *bs, uint64_t limit, uint64_t *count)
+{
+	struct qc_count_ctx c = {qcow2_is(bs) ? qc_state(bs) : NULL, limit, 0};
+	int ret;
+
+	if (!c.s)
+		return -EINVAL;
+	ret = qc_run_sync(qc_count_co, &c);
+	*count = c.count;
+	return ret;
 }
 
 struct qc_comp_ctx {

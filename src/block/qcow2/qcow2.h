@@ -79,6 +79,12 @@ struct qcow2_check_result {
  * and corrupt bits are cleared, as qemu-img check -r does. Returns 0 when
  * the check ran (see the counters), -errno when it could not. */
 int qcow2_check(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r);
+/* The same, and report (may be NULL) gets each line of the report as it is
+ * made, in qemu-img check's words ("Leaked cluster 6 refcount=1
+ * reference=0", "ERROR ...", "Repairing ..."). */
+typedef void qcow2_check_report_fn(void *opaque, const char *line);
+int qcow2_check_report(struct blk_node *bs, int repair_flags, struct qcow2_check_result *r,
+		       qcow2_check_report_fn *report, void *opaque);
 
 /* Accept the open option repair=on in this process (`ioplane img check -r`
  * only; servers never call this, so they keep refusing to open an image
@@ -117,6 +123,24 @@ struct qcow2_info {
 	unsigned nb_bitmaps; /* bitmaps in the (unsupported, preserved) extension */
 };
 
+/* A bitmap of the bitmaps extension. */
+#define QCOW2_BITMAP_IN_USE (1u << 0) /* not saved since it was last changed */
+#define QCOW2_BITMAP_AUTO (1u << 1)   /* tracks writes (enabled) */
+struct qcow2_bitmap_info {
+	char *name;
+	uint32_t flags;        /* QCOW2_BITMAP_* */
+	uint32_t granularity;  /* bytes per bit */
+	uint64_t table_offset; /* bitmap table: table_size 8-byte entries */
+	uint32_t table_size;
+};
+/* The bitmaps of bs's directory, each checked as QEMU loads it (none when
+ * there is no extension, or its autoclear bit is clear: then QEMU ignores
+ * them too). Free with qcow2_bitmaps_free. -EINVAL with a message in err for
+ * a bad directory. Read-only; ioplane does not maintain bitmaps. */
+int qcow2_get_bitmaps(struct blk_node *bs, struct qcow2_bitmap_info **out, unsigned *n, char *err,
+		      size_t errlen);
+void qcow2_bitmaps_free(struct qcow2_bitmap_info *b, unsigned n);
+
 /* Fill info (free with qcow2_info_free). bs must be a qcow2 node. */
 int qcow2_get_info(struct blk_node *bs, struct qcow2_info *info);
 void qcow2_info_free(struct qcow2_info *info);
@@ -131,6 +155,10 @@ struct blk_node *qcow2_backing(struct blk_node *bs);
  * clusters must be unallocated. Falls back to a normal write when the data
  * does not shrink. Synchronous, like blk_pwrite. */
 int qcow2_pwrite_compressed(struct blk_node *bs, uint64_t offset, const void *buf, uint64_t len);
+
+/* How many clusters of the image file have a refcount, counting up to limit
+ * at most (img map's test for metadata preallocation, as QEMU's). */
+int qcow2_count_refcounted(struct blk_node *bs, uint64_t limit, uint64_t *count);
 
 /* Cluster size of a qcow2 node (0 otherwise). */
 uint64_t qcow2_cluster_size(const struct blk_node *bs);
