@@ -401,6 +401,16 @@ void nbd_conn_parse(struct nbd_conn *c)
 	conn_set_events(c);
 }
 
+bool nbd_conn_skip_input(struct nbd_conn *c)
+{
+	size_t avail = c->rend - c->rpos;
+	size_t k = c->skip < avail ? (size_t)c->skip : avail;
+
+	c->rpos += k;
+	c->skip -= k;
+	return c->skip == 0;
+}
+
 /* A connection waiting in the handshake costs a small buffer only. */
 int nbd_conn_grow_rbuf(struct nbd_conn *c)
 {

@@ -362,17 +362,6 @@ static int client_flags(struct nbd_conn *c)
 	return 0;
 }
 
-/* Drop skipped option data; true when done. */
-static bool skip_input(struct nbd_conn *c)
-{
-	size_t avail = c->rend - c->rpos;
-	size_t k = c->skip < avail ? (size_t)c->skip : avail;
-
-	c->rpos += k;
-	c->skip -= k;
-	return c->skip == 0;
-}
-
 static int one_option(struct nbd_conn *c)
 {
 	const uint8_t *h = c->rbuf + c->rpos;
@@ -400,7 +389,7 @@ int nbd_handshake_input(struct nbd_conn *c)
 	int ret = 0;
 
 	while (!ret && c->state == NBD_CONN_OPEN && c->phase != NBD_PHASE_TRANSMISSION) {
-		if (c->skip && !skip_input(c))
+		if (!nbd_conn_skip_input(c))
 			break;
 		/* A client that sends options without reading the replies
 		 * waits until they drain. */

@@ -188,7 +188,7 @@ struct nbd_conn {
 	size_t rpos, rend, rcap;
 	struct nbd_req *cur; /* write whose payload is being received */
 	uint64_t cur_have;
-	uint64_t skip; /* payload bytes to read and drop */
+	uint64_t skip; /* bytes to read and drop: option data, refused payload */
 
 	/* Daemon-wide request memory (srv->budget). mem_grant: bytes granted
 	 * for the request header at rpos, not yet taken. mem_queued, mem_next,
@@ -240,6 +240,10 @@ void nbd_conn_unblock(struct nbd_conn *c);
 /* A request was released (c->busy went down). */
 void nbd_conn_request_done(struct nbd_conn *c);
 void nbd_conn_parse(struct nbd_conn *c);
+/* Drop buffered input bytes that c->skip says are unwanted (an option's data
+ * refused in the handshake, a refused write's payload in transmission): true
+ * once none are left to drop, false while more must arrive. */
+bool nbd_conn_skip_input(struct nbd_conn *c);
 
 /* nbd-handshake.c: consume options from rbuf. Returns 0, or -errno when the
  * connection must be closed. */

@@ -464,16 +464,6 @@ static bool payload_input(struct nbd_conn *c)
 	return true;
 }
 
-static bool skip_input(struct nbd_conn *c)
-{
-	size_t avail = c->rend - c->rpos;
-	size_t k = c->skip < avail ? (size_t)c->skip : avail;
-
-	c->rpos += k;
-	c->skip -= k;
-	return c->skip == 0;
-}
-
 static void parse_header(struct nbd_conn *c, struct nbd_req *r, const uint8_t *p)
 {
 	r->flags = nbd_get16(p + 4);
@@ -580,11 +570,8 @@ int nbd_transmit_input(struct nbd_conn *c)
 				break;
 			continue;
 		}
-		if (c->skip) {
-			if (!skip_input(c))
-				break;
-			continue;
-		}
+		if (!nbd_conn_skip_input(c))
+			break;
 		if (c->rend - c->rpos < hdr)
 			break;
 		if (!can_take(c) || !mem_admit(c)) {
