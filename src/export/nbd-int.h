@@ -1,6 +1,7 @@
 /* Private parts of the NBD server shared by nbd-server.c (server, listeners,
  * accept), nbd-conn.c (connection lifetime and socket I/O), nbd-handshake.c
- * (option haggling) and nbd-transmit.c / nbd-status.c (transmission phase).
+ * (option haggling), nbd-transmit.c (transmission: parsing, validation, the
+ * request pool, replies) and nbd-cmd.c / nbd-status.c (the commands).
  *
  * Threading: a struct nbd_conn and its requests are owned by conn->loop's
  * thread. struct nbd_server fields are written on the main thread before
@@ -132,7 +133,7 @@ struct nbd_req {
 	uint32_t error;  /* NBD_E*, 0: success */
 	uint64_t mem;    /* bytes of the daemon-wide budget held until released */
 	const char *msg; /* error message for structured replies (static) */
-	uint8_t stage;   /* multi-step commands (nbd-status.c, trim + FUA) */
+	uint8_t stage;   /* step of a command of several (READ's scan, TRIM + FUA) */
 	bool internal;   /* the flush of a connection whose client left: no reply */
 
 	void *buf;
@@ -264,12 +265,36 @@ int nbd_req_buf(struct nbd_req *r, size_t len);
 uint32_t nbd_errno_to_nbd(int err);
 int nbd_req_submit(struct nbd_req *r, uint8_t op, uint32_t flags, uint64_t off, uint64_t len);
 
-/* nbd-status.c: block-status replies and hole-aware reads. */
+/* Append one entry to the request's reply iovec. */
+void nbd_req_add_iov(struct nbd_req *r, void *base, size_t len);
+
+/* ---- commands (nbd-cmd.c; BLOCK_STATUS in nbd-status.c) ----------------
+ * One entry per command type, NULL for unknown types (and NBD_CMD_DISC,
+ * which ends the input instead of becoming a request):
+ *   start     the request is valid (a write's payload is in r->buf): submit
+ *             it to the block layer, or finish or fail it;
+ *   blk_done  one of its block-layer requests completed (0 or -errno); a
+ *             command of several steps keeps its step in r->stage;
+ *   reply     build the success reply in r->riov (errors have one builder
+ *             for every command, in nbd-transmit.c).
+ * Every path ends in nbd_req_finish() or nbd_req_fail() exactly once. */
+#define NBD_CMD_COUNT (NBD_CMD_BLOCK_STATUS + 1)
+#define NBD_MAX_SCANS 256 /* block-status queries one request may make */
+
+struct nbd_cmd {
+	void (*start)(struct nbd_req *r);
+	void (*blk_done)(struct nbd_req *r, int ret);
+	void (*reply)(struct nbd_req *r);
+	bool write; /* changes the image: refused on a read-only export */
+};
+
+extern const struct nbd_cmd nbd_cmds[NBD_CMD_COUNT];
+/* The next block-status query of a READ scan or a BLOCK_STATUS request:
+ * from r->offset + r->done to the end of the request. */
+int nbd_req_scan_next(struct nbd_req *r);
 void nbd_status_start(struct nbd_req *r);
-void nbd_read_start(struct nbd_req *r);
 void nbd_status_blk_done(struct nbd_req *r, int ret);
-void nbd_build_read_reply(struct nbd_req *r);
-void nbd_build_status_reply(struct nbd_req *r);
+void nbd_status_reply(struct nbd_req *r);
 /* Reply headers (structured or extended as negotiated; simple). */
 size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t type,
 			 uint64_t len);
