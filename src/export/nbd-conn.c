@@ -15,6 +15,7 @@
  * Threading: everything here runs on conn->loop's thread. */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
@@ -36,6 +37,12 @@ static void conn_free(struct nbd_conn *c)
 	}
 	if (loop_timer_armed(&c->timer))
 		loop_timer_cancel(c->loop, &c->timer);
+	if (c->exp) {
+		char who[160];
+
+		snprintf(who, sizeof(who), "nbd: export '%s'", c->exp->name);
+		log_errors_end(&c->io_errors, who);
+	}
 	nbd_req_free_all(c);
 	free(c->rbuf);
 	free(c->hbuf);

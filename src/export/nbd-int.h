@@ -21,6 +21,7 @@
 #include "export/nbd-proto.h"
 #include "export/nbd-server.h"
 #include "loop/loop.h"
+#include "util/log.h"
 
 /* ---- tunables ---------------------------------------------------------- */
 
@@ -219,7 +220,7 @@ struct nbd_conn {
 	uint64_t kept_bytes; /* buffers kept by idle requests of the pool */
 	bool dirty;          /* a write finished since the last flush */
 	uint64_t nrequests;
-	unsigned io_errors;  /* block-layer errors seen (the first few are logged) */
+	struct log_errors io_errors; /* block-layer errors (util/log.h) */
 };
 
 /* nbd-conn.c */

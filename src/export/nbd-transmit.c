@@ -23,8 +23,6 @@
 #include "export/nbd-int.h"
 #include "util/log.h"
 
-#define MAX_LOGGED_IO_ERRORS 10
-
 /* ---- request pool ------------------------------------------------------- */
 
 static bool can_take(const struct nbd_conn *c)
@@ -239,7 +237,7 @@ void nbd_req_io_failed(struct nbd_req *r, int ret)
 
 	/* FAST_ZERO's -ENOTSUP is an answer, not a failure. */
 	if (!(ret == -ENOTSUP && (r->flags & NBD_CMD_FLAG_FAST_ZERO)) &&
-	    c->io_errors++ < MAX_LOGGED_IO_ERRORS)
+	    log_errors_take(&c->io_errors))
 		log_warn("nbd: export '%s': %s at offset %llu, length %llu failed: %s",
 			 c->exp->name, blk_op_name((enum blk_op)r->blk.op),
 			 (unsigned long long)r->blk.offset, (unsigned long long)r->blk.len,

@@ -87,6 +87,7 @@ struct vub_queue {
 	struct vub_notifier call, err;
 	struct vub_req **free;
 	unsigned nfree, inflight;
+	struct log_errors io_errors; /* block-layer errors (util/log.h) */
 	bool handlers_on, poll_on, stopping, starved, broken, again_queued, swapping;
 
 	struct loop_msg start_msg, stop_msg, stopped_msg, fds_msg, fds_done_msg;
@@ -316,6 +317,11 @@ static void vub_req_done(struct vblk_req *vr)
 	struct vub_req *r = (struct vub_req *)vr;
 	struct vub_queue *q = r->q;
 
+	if (vr->error < 0 && log_errors_take(&q->io_errors))
+		log_warn("%s: queue %u: %s at offset %llu, length %llu failed: %s", q->exp->name,
+			 q->idx, blk_op_name((enum blk_op)vr->breq.op),
+			 (unsigned long long)vr->breq.offset, (unsigned long long)vr->breq.len,
+			 strerror(-vr->error));
 	vring_push(q->vr, r->head, vr->used_len);
 	pool_put(q, r);
 	q->inflight--;
@@ -452,6 +458,10 @@ static bool vub_sleep_cb(struct loop_poll *p)
 
 static void vub_finish_stop(struct vub_queue *q)
 {
+	char who[160];
+
+	snprintf(who, sizeof(who), "%s: queue %u", q->exp->name, q->idx);
+	log_errors_end(&q->io_errors, who);
 	q->stopping = false;
 	/* The kick fd's poll requests reach the kernel before the main thread
 	 * may close the fd and its number is given to another file. */

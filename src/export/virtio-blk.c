@@ -140,6 +140,7 @@ static void vblk_complete(struct blk_request *breq, int ret)
 
 	if (ret < 0)
 		r->used_len = 1;
+	r->error = ret < 0 ? ret : 0;
 	*(volatile uint8_t *)r->status = ret < 0 ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
 	r->done(r);
 }
@@ -239,6 +240,7 @@ int vblk_req_submit(struct vblk_req *r)
 	h.sector = le64toh(h.sector);
 	take_status(r);
 	r->used_len = 1;
+	r->error = 0;
 	switch (h.type) {
 	case VIRTIO_BLK_T_IN:
 		return do_rw(r, &h, false);

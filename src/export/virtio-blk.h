@@ -123,6 +123,7 @@ struct vblk_req {
 	/* Set by the handler. */
 	uint8_t *status;
 	uint32_t used_len;
+	int error; /* the block layer's -errno for a failed request, else 0 */
 	void (*done)(struct vblk_req *r); /* after the status byte is written */
 };
 
