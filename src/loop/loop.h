@@ -114,7 +114,10 @@ void loop_bind_current(struct loop *loop);
 enum loop_backend loop_backend(const struct loop *loop);
 const char *loop_backend_name(const struct loop *loop);
 
-/* Run one dispatch round; block for events when `blocking`. */
+/* Run one dispatch round; block for events when `blocking`. A wait may end
+ * with nothing to do (a signal, or the kernel's task-work notification when
+ * an io_uring this thread used is torn down): wait for something in a loop,
+ * never with one round. */
 void loop_run_once(struct loop *loop, bool blocking);
 /* Run until loop_stop() is called (any thread). */
 void loop_run(struct loop *loop);
