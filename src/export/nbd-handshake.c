@@ -78,7 +78,7 @@ int nbd_handshake_start(struct nbd_conn *c)
 
 static int enter_transmission(struct nbd_conn *c, struct nbd_export *e)
 {
-	int ret = nbd_conn_grow_rbuf(c);
+	int ret = nbd_conn_enter_transmission(c);
 
 	if (ret < 0)
 		return ret;

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "block/block.h"
@@ -212,6 +213,18 @@ struct nbd_conn {
 	struct nbd_export *exp;       /* transmission: the export */
 	uint16_t tflags;
 
+	/* Socket input through the loop's io_uring (nbd-ring.c), in
+	 * transmission on a loop where loop_uring_waits(): the fd handler then
+	 * only waits for room to send. At most one receive is in flight
+	 * (recv_armed), into rbuf and cur's buffer, which therefore do not move
+	 * or go while it runs; it holds a reference. */
+	bool ring;
+	bool recv_armed, recv_cancelled;
+	struct nbd_req *cur_held; /* a dropped cur whose buffer the receive still uses */
+	struct loop_uring_op recv_op;
+	struct msghdr rx_msg;
+	struct iovec rx_iov[2];
+
 	/* Transmission. */
 	struct nbd_req *all_reqs, **free_reqs;
 	unsigned nreqs, nfree;
@@ -225,8 +238,9 @@ struct nbd_conn {
 
 /* nbd-conn.c */
 int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop, int fd);
-/* Entering transmission: the input buffer grows to NBD_RBUF_SIZE. */
-int nbd_conn_grow_rbuf(struct nbd_conn *c);
+/* Entering transmission: the input buffer grows to NBD_RBUF_SIZE, and the
+ * socket input moves to the loop's io_uring where it can (nbd-ring.c). */
+int nbd_conn_enter_transmission(struct nbd_conn *c);
 void nbd_conn_get(struct nbd_conn *c);
 void nbd_conn_put(struct nbd_conn *c);
 /* Stop reading; close once every request has been answered. */
@@ -246,6 +260,22 @@ void nbd_conn_parse(struct nbd_conn *c);
  * refused in the handshake, a refused write's payload in transmission): true
  * once none are left to drop, false while more must arrive. */
 bool nbd_conn_skip_input(struct nbd_conn *c);
+
+/* What the socket may receive into next: the rest of cur's buffer, then
+ * rbuf's free end (returns the count; 0: rbuf is full, which cannot happen).
+ * A receive into it ended with n bytes, 0 (the client closed its side) or
+ * -errno; the input is parsed. */
+int nbd_conn_rx_iov(struct nbd_conn *c, struct iovec *iov);
+void nbd_conn_received(struct nbd_conn *c, const struct iovec *iov, int cnt, ssize_t n);
+
+/* nbd-ring.c */
+void nbd_ring_start(struct nbd_conn *c);
+/* conn_set_events' part for the ring: receive while input is wanted, cancel
+ * the receive when draining. */
+void nbd_ring_update(struct nbd_conn *c);
+/* Before the socket is closed: a queued receive goes to the kernel, and one
+ * in flight ends (shutdown), completing with its reference. */
+void nbd_ring_close(struct nbd_conn *c);
 
 /* nbd-handshake.c: consume options from rbuf. Returns 0, or -errno when the
  * connection must be closed. */

@@ -556,7 +556,8 @@ void loop_dispatch_fd(struct loop *loop, uint64_t tag, uint32_t revents)
 
 /* ---- io_uring for I/O engines ------------------------------------------- */
 
-struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
+/* An SQE, submitting what is queued to make room if the queue is full. */
+static struct io_uring_sqe *ring_get_sqe(struct loop *loop)
 {
 	struct io_uring_sqe *sqe;
 
@@ -566,11 +567,42 @@ struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
 	if (!sqe) {
 		loop_ring_submit(loop);
 		sqe = io_uring_get_sqe(&loop->ring);
-		if (!sqe)
-			return NULL;
 	}
-	loop->ops_inflight++;
 	return sqe;
+}
+
+struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
+{
+	struct io_uring_sqe *sqe = ring_get_sqe(loop);
+
+	if (sqe)
+		loop->ops_inflight++;
+	return sqe;
+}
+
+bool loop_uring_waits(const struct loop *loop)
+{
+	return loop->backend == LOOP_BACKEND_URING && loop->have_ring && loop->ring_defer;
+}
+
+struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op *op)
+{
+	struct io_uring_sqe *sqe = ring_get_sqe(loop);
+
+	if (sqe)
+		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)op | TAG_PEER);
+	return sqe;
+}
+
+int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op)
+{
+	struct io_uring_sqe *sqe = ring_get_sqe(loop);
+
+	if (!sqe)
+		return loop->have_ring ? -EBUSY : -ENOSYS;
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)op | TAG_PEER, 0);
+	io_uring_sqe_set_data64(sqe, TAG_IGNORE);
+	return 0;
 }
 
 void loop_uring_submit(struct loop *loop)
@@ -610,6 +642,13 @@ bool loop_reap_cqes(struct loop *loop)
 			struct loop_uring_op *op = (struct loop_uring_op *)(uintptr_t)ud;
 
 			loop->ops_inflight--;
+			op->cb(op, res, flags);
+			break;
+		}
+		case TAG_PEER: {
+			uintptr_t p = (uintptr_t)(ud & ~(uint64_t)TAG_MASK);
+			struct loop_uring_op *op = (struct loop_uring_op *)p;
+
 			op->cb(op, res, flags);
 			break;
 		}

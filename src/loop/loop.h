@@ -162,6 +162,23 @@ struct io_uring_sqe *loop_uring_sqe(struct loop *loop);
  * waiting (an engine's batch limit). */
 void loop_uring_submit(struct loop *loop);
 
+/* True when the loop waits in its own io_uring, set up with DEFER_TASKRUN
+ * (Linux 6.1 or later, and not IOPLANE_RING_PLAIN=1): then a socket receive
+ * queued with loop_uring_peer_sqe() goes to the kernel in the io_uring_enter
+ * that waits, its completion ends that wait with the bytes already
+ * received, and the kernel has IORING_RECVSEND_POLL_FIRST. */
+bool loop_uring_waits(const struct loop *loop);
+/* An SQE for an operation that waits on a peer (a socket receive),
+ * completing to op: like a watched fd, and unlike loop_uring_sqe(), it does
+ * not make the loop busy-poll (a client's round trip is as a rule longer
+ * than polling lasts). op->cb runs for each of its CQEs. Its user_data is
+ * set; do not change it. NULL when the submission queue cannot give one. */
+struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op *op);
+/* Cancel an operation queued with loop_uring_peer_sqe(): it completes
+ * (with -ECANCELED unless it finished meanwhile) after the loop's next
+ * submission. */
+int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op);
+
 uint64_t loop_now_ns(void); /* CLOCK_MONOTONIC */
 
 /* One pointer of per-loop state for the thread pool (thread-pool.c owns it;
