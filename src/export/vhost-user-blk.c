@@ -330,7 +330,7 @@ static void vub_req_done(struct vblk_req *vr)
 
 static void vub_start_req(struct vub_queue *q, struct vub_req *r, const struct vring_chain *c)
 {
-	int ret;
+	enum vblk_submit_result ret;
 
 	r->q = q;
 	r->head = c->head;
@@ -343,12 +343,12 @@ static void vub_start_req(struct vub_queue *q, struct vub_req *r, const struct v
 	r->vr.done = vub_req_done;
 	q->inflight++;
 	ret = vblk_req_submit(&r->vr);
-	if (ret == 1) {
+	if (ret == VBLK_FINISHED) {
 		vub_req_done(&r->vr);
-	} else if (ret < 0) {
+	} else if (ret == VBLK_BROKEN) {
 		q->inflight--;
 		pool_put(q, r);
-		vub_broken(q, ret);
+		vub_broken(q, -EINVAL);
 	}
 }
 
@@ -357,7 +357,7 @@ static void vub_process(struct vub_queue *q)
 {
 	struct vring_chain c;
 	struct vub_req *r;
-	int ret;
+	enum vring_pop_result ret;
 
 	while (!q->broken) {
 		r = pool_get(q);
@@ -368,10 +368,10 @@ static void vub_process(struct vub_queue *q)
 		c.iov = r->iov;
 		c.max_iov = VBLK_MAX_IOV;
 		ret = vring_pop(q->vr, &c);
-		if (ret <= 0) {
+		if (ret != VRING_POP_CHAIN) {
 			pool_put(q, r);
-			if (ret < 0)
-				vub_broken(q, ret);
+			if (ret == VRING_POP_BROKEN)
+				vub_broken(q, c.err);
 			break;
 		}
 		vub_start_req(q, r, &c);

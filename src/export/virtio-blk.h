@@ -127,9 +127,15 @@ struct vblk_req {
 	void (*done)(struct vblk_req *r); /* after the status byte is written */
 };
 
-/* Handle one request. 0: submitted, r->done runs later; 1: finished now
- * (status written, used_len set, done not called); -EINVAL: the chain has
- * no room for a header or status byte, the driver is broken. */
-int vblk_req_submit(struct vblk_req *r);
+/* What vblk_req_submit() did with the request. */
+enum vblk_submit_result {
+	VBLK_SUBMITTED, /* r->done runs later */
+	VBLK_FINISHED,  /* now: status written, used_len set, done not called */
+	VBLK_BROKEN,    /* the chain has no room for a header or status byte:
+			 * the driver is broken */
+};
+
+/* Handle one request. */
+enum vblk_submit_result vblk_req_submit(struct vblk_req *r);
 
 #endif

@@ -135,6 +135,15 @@ struct vring_chain {
 	uint64_t out_len, in_len;
 	struct iovec *iov;
 	unsigned max_iov;
+	int err; /* VRING_POP_BROKEN: how the driver broke the rules (-errno) */
+};
+
+/* What vring_pop() found. */
+enum vring_pop_result {
+	VRING_POP_EMPTY,  /* no chain is available */
+	VRING_POP_CHAIN,  /* the next chain is taken into *c */
+	VRING_POP_BROKEN, /* the driver broke the rules (c->err): the queue must
+			   * stop, the device needs reset */
 };
 
 /* Checks and initialises a ring before it starts: sizes, inflight region
@@ -142,9 +151,8 @@ struct vring_chain {
  * -EINVAL if the layout is unusable. */
 int vring_start(struct vring *vr);
 
-/* Take the next available chain: 1 taken, 0 none, -errno when the driver
- * broke the rules (the queue must stop: device needs reset). */
-int vring_pop(struct vring *vr, struct vring_chain *c);
+/* Take the next available chain. */
+enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c);
 /* Walk the chain starting at `head` (pop and inflight resubmission). */
 int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c);
 /* Put a finished chain on the used ring (not yet visible to the driver). */
