@@ -155,6 +155,30 @@ struct nbd_req {
 
 /* ---- connections ------------------------------------------------------- */
 
+/* A connection's states, all in one place (docs/nbd.md draws the protocol
+ * side of them):
+ *
+ *   phase   CLIENT_FLAGS --4 bytes--> OPTIONS --EXPORT_NAME/GO--> TRANSMISSION
+ *           (nbd-handshake.c; 30 s deadline: c->timer)       (nbd-transmit.c)
+ *
+ *   state   OPEN --NBD_CMD_DISC, EOF, server drain (transmission)--> DRAIN
+ *           OPEN, DRAIN --protocol violation, socket error, drain before
+ *                         transmission, DRAIN with nothing left--> CLOSED
+ *
+ *   OPEN: reading and writing. DRAIN: nothing more is read (the payload of
+ *   a half-received write is dropped with it); requests in flight are
+ *   answered, the last answer sent closes (conn_idle, after a flush if
+ *   writes were made). CLOSED: the socket is closed; requests in flight
+ *   complete and their replies are dropped; the connection is freed with its
+ *   last reference.
+ *
+ *   Reading pauses, while OPEN, when in_blocked (no free request, too many
+ *   bytes in flight, or a handshake reply backlog over NBD_HBUF_HIGH; a
+ *   finished request or a send lifts it) or mem_waiting (the daemon-wide budget has
+ *   not granted the next request's memory; the grant message lifts it), and
+ *   writing pauses when out_blocked (the socket is full: EPOLLOUT lifts
+ *   it). In transmission with c->ring, recv_armed says a receive is in the
+ *   kernel (nbd-ring.c). */
 enum nbd_phase {
 	NBD_PHASE_CLIENT_FLAGS = 0,
 	NBD_PHASE_OPTIONS,
