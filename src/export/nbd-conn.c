@@ -26,9 +26,8 @@
 #include <unistd.h>
 
 #include "export/nbd-int.h"
+#include "util/compiler.h"
 #include "util/log.h"
-
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 
 static void conn_free(struct nbd_conn *c)
 {

@@ -27,8 +27,7 @@
 #include <sys/socket.h>
 
 #include "export/nbd-int.h"
-
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+#include "util/compiler.h"
 
 static void ring_recv_done(struct loop_uring_op *op, int res, uint32_t cqe_flags);
 

@@ -17,10 +17,10 @@
 #include <unistd.h>
 
 #include "export/nbd-int.h"
+#include "util/compiler.h"
 #include "util/log.h"
 #include "util/unix-listener.h"
 
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 #define ACCEPT_BATCH 64
 
 struct accept_msg {

@@ -34,13 +34,12 @@
 #include "export/vhost-user-blk.h"
 #include "export/vhost-user.h"
 #include "loop/loop.h"
+#include "util/compiler.h"
 #include "util/log.h"
 #include "util/unix-listener.h"
 
 #define VUB_POOL_MAX 256  /* request slots per queue (fewer: chains wait in avail) */
 #define VUB_RUN_ROUNDS 4  /* disable/process/enable cycles before deferring */
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 struct vub_queue;
 

@@ -19,9 +19,8 @@
 #include "loop/loop.h"
 #include "loop/thread-pool.h"
 #include "util/clock.h"
+#include "util/compiler.h"
 #include "util/log.h"
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #define TP_MAX_WORKERS_DEFAULT 64
 #define TP_SPIN_NS_DEFAULT     20000
