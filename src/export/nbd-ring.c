@@ -67,7 +67,7 @@ void nbd_ring_update(struct nbd_conn *c)
 	} else if (c->state != NBD_CONN_OPEN && c->recv_armed && !c->recv_cancelled) {
 		/* Draining reads no more: end the receive, which may hold a
 		 * dropped write's buffer (and so the connection) otherwise. */
-		if (loop_uring_cancel_peer(c->loop, &c->recv_op) == 0)
+		if (loop_uring_cancel_peer(c->loop, &c->recv_op, NULL) == 0)
 			c->recv_cancelled = true;
 	}
 }

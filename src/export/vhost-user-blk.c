@@ -169,7 +169,7 @@ static void vub_signal(struct vub_notifier *n)
 		n->again = true;
 		return;
 	}
-	sqe = loop_uring_sqe(q->loop);
+	sqe = loop_uring_peer_sqe(q->loop, &n->op);
 	if (!sqe && loop_uring(q->loop)) { /* a full submission queue: next round */
 		n->again = true;
 		vub_defer_again(q);
@@ -180,24 +180,18 @@ static void vub_signal(struct vub_notifier *n)
 		return;
 	}
 	io_uring_prep_write(sqe, n->fd, &vub_one, sizeof(vub_one), 0);
-	io_uring_sqe_set_data(sqe, &n->op);
 	n->inflight = true;
 	n->write_fd = n->fd;
 }
 
 static void vub_cancel(struct vub_notifier *n)
 {
-	struct io_uring_sqe *sqe;
-
 	if (!n->inflight || n->cancelling)
 		return;
-	sqe = loop_uring_sqe(n->q->loop);
-	if (!sqe) {
+	if (loop_uring_cancel_peer(n->q->loop, &n->op, &n->cancel_op) < 0) {
 		vub_defer_again(n->q); /* tries again */
 		return;
 	}
-	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&n->op, 0);
-	io_uring_sqe_set_data(sqe, &n->cancel_op);
 	n->cancelling = true;
 }
 
@@ -373,6 +367,7 @@ static void vub_process(struct vub_queue *q)
 				vub_broken(q, c.err);
 			break;
 		}
+		q->poll.idle = false;
 		vub_start_req(q, r, &c);
 	}
 	/* After the rings were read: a fault while reading them shows here. */
@@ -473,8 +468,12 @@ static void vub_flush_cb(struct loop_flush *f)
 {
 	struct vub_queue *q = container_of(f, struct vub_queue, flush);
 
-	if (vring_flush(q->vr))
+	if (vring_flush(q->vr)) {
 		vub_notify(q);
+		/* The driver waits for this interrupt: its next request comes
+		 * after its wake-up, later than polling would pay for. */
+		q->poll.idle = true;
+	}
 	if (q->starved && q->handlers_on) {
 		q->starved = false;
 		vub_run(q);

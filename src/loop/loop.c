@@ -594,14 +594,17 @@ struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op
 	return sqe;
 }
 
-int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op)
+int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op, struct loop_uring_op *done)
 {
-	struct io_uring_sqe *sqe = ring_get_sqe(loop);
+	struct io_uring_sqe *sqe = done ? loop_uring_sqe(loop) : ring_get_sqe(loop);
 
 	if (!sqe)
 		return loop->have_ring ? -EBUSY : -ENOSYS;
 	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)op | TAG_PEER, 0);
-	io_uring_sqe_set_data64(sqe, TAG_IGNORE);
+	if (done)
+		io_uring_sqe_set_data(sqe, done);
+	else
+		io_uring_sqe_set_data64(sqe, TAG_IGNORE);
 	return 0;
 }
 
@@ -747,9 +750,20 @@ static bool polls_before_sleep(struct loop *loop)
 	return found;
 }
 
+/* Some poll handler expects work soon (loop_poll.idle). */
+static bool polls_expect_work(const struct loop *loop)
+{
+	const struct loop_poll *p;
+
+	for (p = loop->polls; p; p = p->next)
+		if (!p->idle)
+			return true;
+	return false;
+}
+
 static void wait_blocking(struct loop *loop)
 {
-	bool can_poll = loop->poll_max_ns > 0 && (loop->npolls || loop->ops_inflight);
+	bool can_poll = loop->poll_max_ns > 0 && (loop->ops_inflight || polls_expect_work(loop));
 	uint64_t start = 0;
 	int64_t timeout;
 

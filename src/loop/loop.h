@@ -74,6 +74,11 @@ struct loop_fd {
 struct loop_poll {
 	bool (*poll)(struct loop_poll *p);
 	bool (*sleep)(struct loop_poll *p);
+	/* Set by the owner (on the loop's thread) while it expects no work for
+	 * longer than polling lasts: a loop whose poll handlers are all idle,
+	 * with no I/O in flight on its ring, sleeps without busy-polling (the
+	 * handlers are still called while it polls for other reasons). */
+	bool idle;
 	struct loop_poll *next; /* private */
 	struct loop_poll **pprev;
 };
@@ -168,16 +173,17 @@ void loop_uring_submit(struct loop *loop);
  * that waits, its completion ends that wait with the bytes already
  * received, and the kernel has IORING_RECVSEND_POLL_FIRST. */
 bool loop_uring_waits(const struct loop *loop);
-/* An SQE for an operation that waits on a peer (a socket receive),
- * completing to op: like a watched fd, and unlike loop_uring_sqe(), it does
- * not make the loop busy-poll (a client's round trip is as a rule longer
- * than polling lasts). op->cb runs for each of its CQEs. Its user_data is
- * set; do not change it. NULL when the submission queue cannot give one. */
+/* An SQE for an operation that waits on a peer (a socket receive, a write
+ * to an eventfd that a peer reads), completing to op: like a watched fd,
+ * and unlike loop_uring_sqe(), it does not make the loop busy-poll (what a
+ * peer does next takes, as a rule, longer than polling lasts). op->cb runs
+ * for each of its CQEs. Its user_data is set; do not change it. NULL when
+ * the submission queue cannot give one. */
 struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op *op);
 /* Cancel an operation queued with loop_uring_peer_sqe(): it completes
  * (with -ECANCELED unless it finished meanwhile) after the loop's next
- * submission. */
-int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op);
+ * submission; so does the cancel itself, to done (NULL: no callback). */
+int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op, struct loop_uring_op *done);
 
 uint64_t loop_now_ns(void); /* CLOCK_MONOTONIC */
 

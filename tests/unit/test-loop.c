@@ -358,6 +358,36 @@ static void test_poll_adapts(void **state)
 	loop_free(loop);
 }
 
+/* A loop whose only poll handler is idle sleeps without polling, however
+ * short its sleeps; once the handler expects work again it is polled. */
+static void test_poll_idle_handler(void **state)
+{
+	struct loop *loop = new_loop(1000000);
+	struct ptest pt = {.p.poll = poll_cb};
+	struct tick tk = {.t.cb = tick_cb};
+	struct loop_stats st;
+	int i, rounds;
+
+	(void)state;
+	loop_poll_add(loop, &pt.p);
+	for (pt.p.idle = true;; pt.p.idle = false) {
+		for (i = 0; i < 6; i++) {
+			loop_timer_arm(loop, &tk.t, loop_now_ns() + 200000); /* < max 1 ms */
+			for (rounds = 0; loop_timer_armed(&tk.t) && rounds < 100000; rounds++)
+				loop_run_once(loop, true);
+		}
+		loop_get_stats(loop, &st);
+		if (!pt.p.idle)
+			break;
+		assert_int_equal(pt.calls, 0);
+		assert_int_equal(st.poll_hits + st.poll_misses, 0);
+	}
+	assert_true(pt.calls > 0);
+	assert_true(st.poll_misses > 0);
+	loop_poll_del(loop, &pt.p);
+	loop_free(loop);
+}
+
 /* A poll handler finding work ends the wait without sleeping. */
 static void test_poll_handler_wakes(void **state)
 {
@@ -620,6 +650,7 @@ int main(void)
 		cmocka_unit_test(test_flush_once_per_round),
 		cmocka_unit_test(test_poll_off_never_polls),
 		cmocka_unit_test(test_poll_adapts),
+		cmocka_unit_test(test_poll_idle_handler),
 		cmocka_unit_test(test_poll_handler_wakes),
 		cmocka_unit_test(test_default_opts_poll),
 		cmocka_unit_test(test_poll_sleep_hook),
