@@ -205,8 +205,9 @@ static void read_reply(struct nbd_req *r)
 		return;
 	}
 	if (r->len == 0) {
-		nbd_req_add_iov(r, r->hdr, nbd_put_chunk_hdr(r, r->hdr, NBD_REPLY_FLAG_DONE,
-							      NBD_REPLY_TYPE_NONE, 0));
+		nbd_req_add_iov(
+			r, r->hdr,
+			nbd_put_chunk_hdr(r, r->hdr, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, 0));
 		return;
 	}
 	for (i = 0; i < r->nexts; i++)

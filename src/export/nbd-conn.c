@@ -347,7 +347,7 @@ static void conn_send(struct nbd_conn *c)
 			continue;
 		if (sent < 0 && errno != EAGAIN) {
 			nbd_conn_close(c, errno == EPIPE || errno == ECONNRESET ? "client went away"
-									   : "send failed");
+										: "send failed");
 			return;
 		}
 		if (sent > 0)
@@ -363,7 +363,8 @@ static bool conn_can_unblock(struct nbd_conn *c)
 {
 	if (c->phase != NBD_PHASE_TRANSMISSION)
 		return c->hlen - c->hoff < NBD_HBUF_HIGH;
-	return !c->mem_waiting && (c->nfree || c->nreqs < NBD_CONN_MAX_REQS) && c->busy_bytes < NBD_CONN_MAX_BYTES;
+	return !c->mem_waiting && (c->nfree || c->nreqs < NBD_CONN_MAX_REQS) &&
+	       c->busy_bytes < NBD_CONN_MAX_BYTES;
 }
 
 void nbd_conn_unblock(struct nbd_conn *c)

@@ -26,20 +26,20 @@
 
 /* ---- tunables ---------------------------------------------------------- */
 
-#define NBD_RBUF_SIZE        (256u << 10) /* socket input buffer in transmission */
-#define NBD_HS_RBUF_SIZE     (68u << 10)  /* ... in the handshake (the largest option fits) */
-#define NBD_MAX_OPT_DATA     (64u << 10)  /* larger options: NBD_REP_ERR_TOO_BIG */
-#define NBD_HBUF_HIGH        (1u << 20)   /* unsent handshake replies: stop reading */
-#define NBD_CONN_MAX_REQS    128          /* requests in flight per connection */
-#define NBD_CONN_MAX_BYTES   (64u << 20)  /* buffer bytes in flight per connection */
-#define NBD_KEEP_BUF         (1u << 20)   /* larger buffers are freed after use */
-#define NBD_CONN_KEEP_BYTES  (8u << 20)   /* idle buffers a connection keeps, at most */
-#define NBD_SEND_IOV         1024         /* iovecs per sendmsg */
-#define NBD_HANDSHAKE_NS     (30ull * 1000000000ull)
-#define NBD_SPARSE_READ_MIN  (64u << 10)  /* reads this large look for holes first */
-#define NBD_READ_EXTENTS     8            /* content chunks per sparse read */
-#define NBD_STATUS_EXTENTS   64           /* descriptors per block-status reply */
-#define NBD_META_ID_ALLOC    1            /* context id of base:allocation */
+#define NBD_RBUF_SIZE (256u << 10)     /* socket input buffer in transmission */
+#define NBD_HS_RBUF_SIZE (68u << 10)   /* ... in the handshake (the largest option fits) */
+#define NBD_MAX_OPT_DATA (64u << 10)   /* larger options: NBD_REP_ERR_TOO_BIG */
+#define NBD_HBUF_HIGH (1u << 20)       /* unsent handshake replies: stop reading */
+#define NBD_CONN_MAX_REQS 128          /* requests in flight per connection */
+#define NBD_CONN_MAX_BYTES (64u << 20) /* buffer bytes in flight per connection */
+#define NBD_KEEP_BUF (1u << 20)        /* larger buffers are freed after use */
+#define NBD_CONN_KEEP_BYTES (8u << 20) /* idle buffers a connection keeps, at most */
+#define NBD_SEND_IOV 1024              /* iovecs per sendmsg */
+#define NBD_HANDSHAKE_NS (30ull * 1000000000ull)
+#define NBD_SPARSE_READ_MIN (64u << 10) /* reads this large look for holes first */
+#define NBD_READ_EXTENTS 8              /* content chunks per sparse read */
+#define NBD_STATUS_EXTENTS 64           /* descriptors per block-status reply */
+#define NBD_META_ID_ALLOC 1             /* context id of base:allocation */
 
 /* ---- server ------------------------------------------------------------ */
 
@@ -74,10 +74,10 @@ struct nbd_listener {
 /* See nbd-budget.c. */
 struct nbd_budget {
 	pthread_mutex_t lock;
-	uint64_t limit;                     /* immutable */
-	uint64_t used;                      /* protected by lock: bytes granted */
-	uint64_t peak, waits;               /* protected by lock */
-	struct nbd_conn *head, **tail;      /* protected by lock: waiting, FIFO */
+	uint64_t limit;                /* immutable */
+	uint64_t used;                 /* protected by lock: bytes granted */
+	uint64_t peak, waits;          /* protected by lock */
+	struct nbd_conn *head, **tail; /* protected by lock: waiting, FIFO */
 };
 
 /* Reserve need bytes for c's next request: true when granted now; else c is
@@ -116,8 +116,8 @@ void nbd_server_conn_gone(struct nbd_server *s, struct nbd_slot *slot);
 
 /* ---- requests ---------------------------------------------------------- */
 
-#define NBD_REQ_IOV     (2 * NBD_READ_EXTENTS + 2)
-#define NBD_REQ_HDR     (NBD_READ_EXTENTS * 48)
+#define NBD_REQ_IOV (2 * NBD_READ_EXTENTS + 2)
+#define NBD_REQ_HDR (NBD_READ_EXTENTS * 48)
 
 struct nbd_extent {
 	uint64_t len;
@@ -141,10 +141,10 @@ struct nbd_req {
 	void *buf;
 	size_t buf_cap;
 	struct iovec data_iov;
-	uint64_t acct;     /* bytes counted in conn->busy_bytes */
-	uint64_t done;     /* bytes covered so far (status scans) */
-	unsigned nexts;    /* extents used */
-	unsigned scans;    /* block-status queries made */
+	uint64_t acct;  /* bytes counted in conn->busy_bytes */
+	uint64_t done;  /* bytes covered so far (status scans) */
+	unsigned nexts; /* extents used */
+	unsigned scans; /* block-status queries made */
 	struct nbd_extent ext[NBD_READ_EXTENTS];
 
 	/* The reply, built when the request finishes. */
@@ -202,11 +202,11 @@ struct nbd_conn {
 	enum nbd_phase phase;
 
 	struct loop_fd fdh;
-	uint32_t events;    /* what fdh is armed for (0: not registered) */
-	bool in_blocked;    /* input paused: out of requests or reply backlog */
-	bool out_blocked;   /* socket full: waiting for EPOLLOUT */
-	bool in_parse;      /* re-entrance guard for nbd_conn_parse */
-	bool mem_waiting;   /* input paused until the budget grants mem_need */
+	uint32_t events;  /* what fdh is armed for (0: not registered) */
+	bool in_blocked;  /* input paused: out of requests or reply backlog */
+	bool out_blocked; /* socket full: waiting for EPOLLOUT */
+	bool in_parse;    /* re-entrance guard for nbd_conn_parse */
+	bool mem_waiting; /* input paused until the budget grants mem_need */
 	struct loop_flush flush;
 	struct loop_timer timer; /* handshake deadline */
 
@@ -232,9 +232,9 @@ struct nbd_conn {
 
 	/* Negotiated in the handshake. */
 	bool no_zeroes, structured, extended;
-	bool meta_alloc;              /* base:allocation selected ... */
-	struct nbd_export *meta_exp;  /* ... for this export */
-	struct nbd_export *exp;       /* transmission: the export */
+	bool meta_alloc;             /* base:allocation selected ... */
+	struct nbd_export *meta_exp; /* ... for this export */
+	struct nbd_export *exp;      /* transmission: the export */
 	uint16_t tflags;
 
 	/* Socket input through the loop's io_uring (nbd-ring.c), in
@@ -371,7 +371,10 @@ static inline void nbd_put64(uint8_t *p, uint64_t v)
 	nbd_put32(p, (uint32_t)(v >> 32));
 	nbd_put32(p + 4, (uint32_t)v);
 }
-static inline uint16_t nbd_get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static inline uint16_t nbd_get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
 static inline uint32_t nbd_get32(const uint8_t *p)
 {
 	return (uint32_t)nbd_get16(p) << 16 | nbd_get16(p + 2);

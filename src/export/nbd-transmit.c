@@ -152,8 +152,7 @@ uint32_t nbd_errno_to_nbd(int err)
 	}
 }
 
-size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t type,
-			 uint64_t len)
+size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t type, uint64_t len)
 {
 	if (r->conn->extended) {
 		nbd_put32(p, NBD_EXTENDED_REPLY_MAGIC);

@@ -38,8 +38,8 @@
 #include "util/log.h"
 #include "util/unix-listener.h"
 
-#define VUB_POOL_MAX 256  /* request slots per queue (fewer: chains wait in avail) */
-#define VUB_RUN_ROUNDS 4  /* disable/process/enable cycles before deferring */
+#define VUB_POOL_MAX 256 /* request slots per queue (fewer: chains wait in avail) */
+#define VUB_RUN_ROUNDS 4 /* disable/process/enable cycles before deferring */
 
 struct vub_queue;
 
@@ -72,7 +72,7 @@ struct vub_queue {
 	unsigned idx;
 	struct loop *loop;
 	int new_call_fd, new_err_fd; /* also while running: read by fds_msg's handler */
-	uint16_t *resubmit; /* inflight heads to run again at start */
+	uint16_t *resubmit;          /* inflight heads to run again at start */
 	unsigned nresubmit, resubmit_cap;
 	struct vub_req *reqs;
 	unsigned nreqs;
@@ -727,8 +727,11 @@ static const struct vu_dev_ops vub_ops = {
 
 int vub_export_attach_fd(struct vub_export *e, int fd)
 {
-	struct vu_dev_config cfg = {.loop = e->main_loop, .num_queues = e->nqueues,
-				    .ops = &vub_ops, .opaque = e, .name = e->name};
+	struct vu_dev_config cfg = {.loop = e->main_loop,
+				    .num_queues = e->nqueues,
+				    .ops = &vub_ops,
+				    .opaque = e,
+				    .name = e->name};
 	int ret;
 
 	if (e->conn || e->stopping) {
@@ -770,8 +773,8 @@ static void vub_listen_watch(struct vub_export *e, bool on)
 	if (on == e->listening || e->ul.fd < 0)
 		return;
 	if (on) {
-		e->listen_h = (struct loop_fd){.fd = e->ul.fd, .events = EPOLLIN,
-					       .cb = vub_accept_cb};
+		e->listen_h =
+			(struct loop_fd){.fd = e->ul.fd, .events = EPOLLIN, .cb = vub_accept_cb};
 		e->listening = loop_fd_add(e->main_loop, &e->listen_h) == 0;
 	} else {
 		loop_fd_del(e->main_loop, &e->listen_h);

@@ -19,8 +19,8 @@
 
 /* ---- device --------------------------------------------------------------- */
 
-int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev_opts *o,
-		  char *err, size_t errlen)
+int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev_opts *o, char *err,
+		  size_t errlen)
 {
 	uint32_t lbs = o->logical_block_size ? o->logical_block_size : 512;
 
@@ -145,7 +145,8 @@ static void vblk_complete(struct blk_request *breq, int ret)
 	r->done(r);
 }
 
-static enum vblk_submit_result submit(struct vblk_req *r, uint8_t op, uint32_t flags, uint64_t sector, uint64_t len)
+static enum vblk_submit_result submit(struct vblk_req *r, uint8_t op, uint32_t flags,
+				      uint64_t sector, uint64_t len)
 {
 	int ret;
 

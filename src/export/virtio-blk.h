@@ -96,7 +96,7 @@ struct vblk_dev_opts {
 
 struct vblk_dev {
 	struct blk_node *bs;
-	uint64_t sectors;  /* capacity in 512-byte sectors, a multiple of lbs */
+	uint64_t sectors; /* capacity in 512-byte sectors, a multiple of lbs */
 	uint32_t lbs;
 	bool read_only;
 	uint8_t writeback; /* 1: write-back cache; 0: writes are FUA */
@@ -104,8 +104,8 @@ struct vblk_dev {
 	char serial[VIRTIO_BLK_ID_BYTES];
 };
 
-int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev_opts *o,
-		  char *err, size_t errlen);
+int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev_opts *o, char *err,
+		  size_t errlen);
 uint64_t vblk_dev_features(const struct vblk_dev *d);
 void vblk_dev_config(const struct vblk_dev *d, struct virtio_blk_config *cfg);
 /* A driver write to the configuration space: only `writeback` is writable.

@@ -13,9 +13,18 @@
 
 #define barrier() __atomic_signal_fence(__ATOMIC_SEQ_CST)
 
-static inline uint16_t load16(const uint16_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-static inline void store16(uint16_t *p, uint16_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-static inline void store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline uint16_t load16(const uint16_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+static inline void store16(uint16_t *p, uint16_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+static inline void store32(uint32_t *p, uint32_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
 
 /* ---- guest memory ------------------------------------------------------- */
 

@@ -23,8 +23,8 @@
 #define VIRTIO_RING_F_INDIRECT_DESC 28
 #define VIRTIO_RING_F_EVENT_IDX 29
 
-#define VRING_MAX_SIZE 1024   /* largest queue accepted (QEMU's maximum too) */
-#define VRING_MAX_REGIONS 32  /* memory slots (GET_MAX_MEM_SLOTS) */
+#define VRING_MAX_SIZE 1024  /* largest queue accepted (QEMU's maximum too) */
+#define VRING_MAX_REGIONS 32 /* memory slots (GET_MAX_MEM_SLOTS) */
 
 struct vring_desc {
 	uint64_t addr;
@@ -52,9 +52,18 @@ struct vring_used {
 
 /* Byte sizes of the three parts of a ring of `num` entries (with the event
  * index fields). */
-static inline uint64_t vring_desc_size(unsigned num) { return 16ull * num; }
-static inline uint64_t vring_avail_size(unsigned num) { return 6ull + 2ull * num; }
-static inline uint64_t vring_used_size(unsigned num) { return 6ull + 8ull * num; }
+static inline uint64_t vring_desc_size(unsigned num)
+{
+	return 16ull * num;
+}
+static inline uint64_t vring_avail_size(unsigned num)
+{
+	return 6ull + 2ull * num;
+}
+static inline uint64_t vring_used_size(unsigned num)
+{
+	return 6ull + 8ull * num;
+}
 
 /* One guest memory region mapped here: guest physical [gpa, gpa+size) is
  * front-end virtual [uva, uva+size) and host [host, host+size). */
@@ -121,10 +130,10 @@ struct vring {
 	uint16_t used_idx;       /* next used entry (published by vring_flush) */
 	uint16_t signalled_used; /* used idx when we last decided about notifying */
 	bool signalled_valid;
-	uint16_t batch;          /* used entries written since the last flush */
-	uint16_t inuse;          /* chains taken and not yet used */
-	bool notify_off;         /* kicks suppressed */
-	uint64_t counter;        /* inflight order counter */
+	uint16_t batch;   /* used entries written since the last flush */
+	uint16_t inuse;   /* chains taken and not yet used */
+	bool notify_off;  /* kicks suppressed */
+	uint64_t counter; /* inflight order counter */
 };
 
 /* A walked chain: iov[0, nout) device-readable, iov[nout, nout+nin)

@@ -34,14 +34,38 @@ uint64_t loop_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-struct loop *loop_current(void) { return current_loop; }
-void loop_bind_current(struct loop *loop) { current_loop = loop; }
-enum loop_backend loop_backend(const struct loop *loop) { return loop->backend; }
-unsigned loop_index(const struct loop *loop) { return loop->index; }
-void *loop_tp_state(struct loop *loop) { return loop->tp_state; }
-void loop_set_tp_state(struct loop *loop, void *state) { loop->tp_state = state; }
-bool loop_stopping(const struct loop *loop) { return atomic_load(&loop->stop); }
-struct io_uring *loop_uring(struct loop *loop) { return loop->have_ring ? &loop->ring : NULL; }
+struct loop *loop_current(void)
+{
+	return current_loop;
+}
+void loop_bind_current(struct loop *loop)
+{
+	current_loop = loop;
+}
+enum loop_backend loop_backend(const struct loop *loop)
+{
+	return loop->backend;
+}
+unsigned loop_index(const struct loop *loop)
+{
+	return loop->index;
+}
+void *loop_tp_state(struct loop *loop)
+{
+	return loop->tp_state;
+}
+void loop_set_tp_state(struct loop *loop, void *state)
+{
+	loop->tp_state = state;
+}
+bool loop_stopping(const struct loop *loop)
+{
+	return atomic_load(&loop->stop);
+}
+struct io_uring *loop_uring(struct loop *loop)
+{
+	return loop->have_ring ? &loop->ring : NULL;
+}
 
 const char *loop_backend_name(const struct loop *loop)
 {
@@ -383,8 +407,8 @@ void loop_send(struct loop *target, struct loop_msg *m)
 
 	do {
 		m->next = old;
-	} while (!atomic_compare_exchange_weak_explicit(&target->msg_head, &old, m,
-						      memory_order_release, memory_order_relaxed));
+	} while (!atomic_compare_exchange_weak_explicit(
+		&target->msg_head, &old, m, memory_order_release, memory_order_relaxed));
 	if (current_loop != target)
 		wake(target);
 }
@@ -630,7 +654,8 @@ bool loop_reap_cqes(struct loop *loop)
 
 	if (!loop->have_ring)
 		return false;
-	io_uring_for_each_cqe(&loop->ring, head, cqe) {
+	io_uring_for_each_cqe(&loop->ring, head, cqe)
+	{
 		uint64_t ud = cqe->user_data;
 		int res = cqe->res;
 		uint32_t flags = cqe->flags;
@@ -791,8 +816,8 @@ static void wait_blocking(struct loop *loop)
 	atomic_store(&loop->notify_me, 0);
 	if (can_poll) {
 		uint64_t now = loop_now_ns();
-		uint64_t hint = atomic_exchange_explicit(&loop->event_hint_ns, 0,
-							 memory_order_relaxed);
+		uint64_t hint =
+			atomic_exchange_explicit(&loop->event_hint_ns, 0, memory_order_relaxed);
 
 		/* An event reported to have arrived during this sleep marks its
 		 * end better than our own wake-up does. */

@@ -99,14 +99,14 @@ struct loop_uring_op {
 
 struct loop_stats {
 	uint64_t rounds;
-	uint64_t submits;        /* io_uring_enter calls made by the loop (submit and/or wait) */
-	uint64_t sleeps;         /* times the loop announced it may sleep */
-	uint64_t wakeups_sent;   /* eventfd writes made by senders to this loop */
-	uint64_t msgs;           /* messages run */
-	uint64_t poll_hits;      /* polling phases that found work */
+	uint64_t submits;      /* io_uring_enter calls made by the loop (submit and/or wait) */
+	uint64_t sleeps;       /* times the loop announced it may sleep */
+	uint64_t wakeups_sent; /* eventfd writes made by senders to this loop */
+	uint64_t msgs;         /* messages run */
+	uint64_t poll_hits;    /* polling phases that found work */
 	uint64_t poll_misses;
-	uint64_t poll_ns;        /* current adaptive poll time */
-	uint64_t poll_max_ns;    /* its limit (0: polling off) */
+	uint64_t poll_ns;     /* current adaptive poll time */
+	uint64_t poll_max_ns; /* its limit (0: polling off) */
 };
 
 int loop_new(const struct loop_opts *opts, struct loop **out);
@@ -143,7 +143,10 @@ void loop_hint_event(struct loop *loop, uint64_t when_ns);
 
 void loop_timer_arm(struct loop *loop, struct loop_timer *t, uint64_t deadline_ns);
 void loop_timer_cancel(struct loop *loop, struct loop_timer *t);
-static inline bool loop_timer_armed(const struct loop_timer *t) { return t->heap_idx != 0; }
+static inline bool loop_timer_armed(const struct loop_timer *t)
+{
+	return t->heap_idx != 0;
+}
 
 int loop_fd_add(struct loop *loop, struct loop_fd *h);
 int loop_fd_modify(struct loop *loop, struct loop_fd *h, uint32_t events);
