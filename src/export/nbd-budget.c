@@ -15,9 +15,8 @@
 #include <stdlib.h>
 
 #include "export/nbd-int.h"
+#include "util/compiler.h"
 #include "util/log.h"
-
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 
 int nbd_budget_new(uint64_t limit, struct nbd_budget **out)
 {

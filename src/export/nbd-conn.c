@@ -1,5 +1,6 @@
 /* NBD connection lifetime and socket I/O: the input buffer (one recv or
- * readv per readiness event, parsed for as many messages as it holds), the
+ * readv per readiness event, or a receive through the loop's io_uring in
+ * transmission (nbd-ring.c); parsed for as many messages as it holds), the
  * output queue (handshake bytes, then finished requests' replies, sent with
  * one sendmsg per loop round from a flush hook), back-pressure, draining and
  * closing.
@@ -13,8 +14,10 @@
  * message calls with none.
  *
  * Threading: everything here runs on conn->loop's thread. */
+#include <assert.h>
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
@@ -23,9 +26,8 @@
 #include <unistd.h>
 
 #include "export/nbd-int.h"
+#include "util/compiler.h"
 #include "util/log.h"
-
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 
 static void conn_free(struct nbd_conn *c)
 {
@@ -36,6 +38,12 @@ static void conn_free(struct nbd_conn *c)
 	}
 	if (loop_timer_armed(&c->timer))
 		loop_timer_cancel(c->loop, &c->timer);
+	if (c->exp) {
+		char who[160];
+
+		snprintf(who, sizeof(who), "nbd: export '%s'", c->exp->name);
+		log_errors_end(&c->io_errors, who);
+	}
 	nbd_req_free_all(c);
 	free(c->rbuf);
 	free(c->hbuf);
@@ -67,7 +75,9 @@ static void conn_set_events(struct nbd_conn *c)
 
 	if (c->state == NBD_CONN_CLOSED)
 		return;
-	if (c->state == NBD_CONN_OPEN && !c->in_blocked)
+	if (c->ring) /* input comes through the loop's io_uring */
+		nbd_ring_update(c);
+	else if (c->state == NBD_CONN_OPEN && !c->in_blocked)
 		want |= EPOLLIN;
 	if (c->out_blocked)
 		want |= EPOLLOUT;
@@ -148,6 +158,21 @@ static void conn_mem_granted(struct loop_msg *m)
 	nbd_conn_put(c);
 }
 
+/* Drop the write whose payload is being received (drain, close); while the
+ * ring's receive may still write into its buffer, keep it until then. */
+static void conn_drop_cur(struct nbd_conn *c)
+{
+	struct nbd_req *r = c->cur;
+
+	if (!r)
+		return;
+	c->cur = NULL;
+	if (c->recv_armed)
+		c->cur_held = r;
+	else
+		nbd_req_release(r);
+}
+
 void nbd_conn_close(struct nbd_conn *c, const char *why)
 {
 	struct nbd_req *r;
@@ -160,17 +185,15 @@ void nbd_conn_close(struct nbd_conn *c, const char *why)
 		loop_fd_del(c->loop, &c->fdh);
 	c->events = 0;
 	c->state = NBD_CONN_CLOSED;
+	if (c->ring)
+		nbd_ring_close(c);
 	close(c->fd);
 	c->fd = -1;
 	if (loop_timer_armed(&c->timer))
 		loop_timer_cancel(c->loop, &c->timer);
 	c->hoff = c->hlen = 0;
 	conn_mem_cancel(c);
-	if (c->cur) {
-		r = c->cur;
-		c->cur = NULL;
-		nbd_req_release(r);
-	}
+	conn_drop_cur(c);
 	while ((r = c->outq)) {
 		c->outq = r->next;
 		nbd_req_release(r);
@@ -183,8 +206,6 @@ void nbd_conn_close(struct nbd_conn *c, const char *why)
 
 void nbd_conn_drain(struct nbd_conn *c)
 {
-	struct nbd_req *r;
-
 	if (c->state != NBD_CONN_OPEN)
 		return;
 	if (c->phase != NBD_PHASE_TRANSMISSION) {
@@ -197,11 +218,7 @@ void nbd_conn_drain(struct nbd_conn *c)
 	nbd_conn_get(c);
 	c->state = NBD_CONN_DRAIN;
 	conn_mem_cancel(c);
-	if (c->cur) { /* its payload will never arrive */
-		r = c->cur;
-		c->cur = NULL;
-		nbd_req_release(r);
-	}
+	conn_drop_cur(c); /* its payload will never arrive */
 	conn_set_events(c);
 	if (c->busy == 0)
 		conn_idle(c);
@@ -330,7 +347,7 @@ static void conn_send(struct nbd_conn *c)
 			continue;
 		if (sent < 0 && errno != EAGAIN) {
 			nbd_conn_close(c, errno == EPIPE || errno == ECONNRESET ? "client went away"
-									   : "send failed");
+										: "send failed");
 			return;
 		}
 		if (sent > 0)
@@ -346,7 +363,8 @@ static bool conn_can_unblock(struct nbd_conn *c)
 {
 	if (c->phase != NBD_PHASE_TRANSMISSION)
 		return c->hlen - c->hoff < NBD_HBUF_HIGH;
-	return !c->mem_waiting && (c->nfree || c->nreqs < NBD_CONN_MAX_REQS) && c->busy_bytes < NBD_CONN_MAX_BYTES;
+	return !c->mem_waiting && (c->nfree || c->nreqs < NBD_CONN_MAX_REQS) &&
+	       c->busy_bytes < NBD_CONN_MAX_BYTES;
 }
 
 void nbd_conn_unblock(struct nbd_conn *c)
@@ -381,6 +399,8 @@ void nbd_conn_parse(struct nbd_conn *c)
 
 	if (c->in_parse)
 		return;
+	/* The ring's receive writes into rbuf, which parsing moves. */
+	assert(!c->recv_armed);
 	c->in_parse = true;
 	if (c->state == NBD_CONN_OPEN && !c->in_blocked && c->phase != NBD_PHASE_TRANSMISSION)
 		ret = nbd_handshake_input(c);
@@ -401,8 +421,18 @@ void nbd_conn_parse(struct nbd_conn *c)
 	conn_set_events(c);
 }
 
+bool nbd_conn_skip_input(struct nbd_conn *c)
+{
+	size_t avail = c->rend - c->rpos;
+	size_t k = c->skip < avail ? (size_t)c->skip : avail;
+
+	c->rpos += k;
+	c->skip -= k;
+	return c->skip == 0;
+}
+
 /* A connection waiting in the handshake costs a small buffer only. */
-int nbd_conn_grow_rbuf(struct nbd_conn *c)
+int nbd_conn_enter_transmission(struct nbd_conn *c)
 {
 	uint8_t *nb = realloc(c->rbuf, NBD_RBUF_SIZE);
 
@@ -410,61 +440,68 @@ int nbd_conn_grow_rbuf(struct nbd_conn *c)
 		return -ENOMEM;
 	c->rbuf = nb;
 	c->rcap = NBD_RBUF_SIZE;
+	if (loop_uring_waits(c->loop))
+		nbd_ring_start(c);
 	return 0;
 }
 
-/* Move received payload bytes to the write being received. */
-static ssize_t conn_recv(struct nbd_conn *c)
+/* Received payload bytes go straight to the write being received. */
+int nbd_conn_rx_iov(struct nbd_conn *c, struct iovec *iov)
 {
-	struct iovec iov[2];
-	ssize_t n;
 	int cnt = 0;
 
 	if (c->cur) {
 		iov[cnt].iov_base = (char *)c->cur->buf + c->cur_have;
 		iov[cnt++].iov_len = c->cur->len - c->cur_have;
 	}
+	/* Cannot be full: every message we wait for whole fits in rbuf. */
+	if (!cnt && c->rend == c->rcap)
+		return 0;
 	iov[cnt].iov_base = c->rbuf + c->rend;
 	iov[cnt++].iov_len = c->rcap - c->rend;
-	if (cnt == 1)
-		n = recv(c->fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT);
-	else
-		n = readv(c->fd, iov, cnt);
-	if (n <= 0)
-		return n;
-	if (cnt == 2) {
-		uint64_t k = (uint64_t)n < iov[0].iov_len ? (uint64_t)n : iov[0].iov_len;
-
-		c->cur_have += k;
-		c->rend += (size_t)n - k;
-	} else {
-		c->rend += (size_t)n;
-	}
-	return n;
+	return cnt;
 }
 
-static void conn_read(struct nbd_conn *c)
+void nbd_conn_received(struct nbd_conn *c, const struct iovec *iov, int cnt, ssize_t n)
 {
-	ssize_t n;
-
-	/* Cannot happen: every message we wait for whole fits in rbuf. */
-	if (!c->cur && c->rend == c->rcap) {
-		nbd_conn_close(c, "input buffer full");
-		return;
-	}
-	n = conn_recv(c);
-
 	if (n == 0) {
 		log_debug("nbd: client closed its side");
 		nbd_conn_drain(c);
 		return;
 	}
 	if (n < 0) {
-		if (errno != EAGAIN && errno != EINTR)
-			nbd_conn_close(c, errno == ECONNRESET ? "client went away" : "recv failed");
+		if (n == -EAGAIN || n == -EINTR)
+			conn_set_events(c); /* the ring's receive is armed again */
+		else
+			nbd_conn_close(c, n == -ECONNRESET ? "client went away" : "recv failed");
 		return;
 	}
+	if (cnt == 2) {
+		size_t k = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
+
+		c->cur_have += k;
+		c->rend += (size_t)n - k;
+	} else {
+		c->rend += (size_t)n;
+	}
 	nbd_conn_parse(c);
+}
+
+static void conn_read(struct nbd_conn *c)
+{
+	struct iovec iov[2];
+	int cnt = nbd_conn_rx_iov(c, iov);
+	ssize_t n;
+
+	if (!cnt) {
+		nbd_conn_close(c, "input buffer full");
+		return;
+	}
+	if (cnt == 1)
+		n = recv(c->fd, iov[0].iov_base, iov[0].iov_len, MSG_DONTWAIT);
+	else
+		n = readv(c->fd, iov, cnt);
+	nbd_conn_received(c, iov, cnt, n < 0 ? -errno : n);
 }
 
 static void conn_fd_cb(struct loop_fd *h, uint32_t revents)
@@ -480,7 +517,7 @@ static void conn_fd_cb(struct loop_fd *h, uint32_t revents)
 			conn_idle(c);
 	}
 	if ((revents & (EPOLLIN | EPOLLERR | EPOLLHUP)) && c->state == NBD_CONN_OPEN &&
-	    !c->in_blocked)
+	    !c->in_blocked && !c->ring)
 		conn_read(c);
 	nbd_conn_put(c);
 }

@@ -78,7 +78,7 @@ int nbd_handshake_start(struct nbd_conn *c)
 
 static int enter_transmission(struct nbd_conn *c, struct nbd_export *e)
 {
-	int ret = nbd_conn_grow_rbuf(c);
+	int ret = nbd_conn_enter_transmission(c);
 
 	if (ret < 0)
 		return ret;
@@ -90,7 +90,9 @@ static int enter_transmission(struct nbd_conn *c, struct nbd_export *e)
 	if (loop_timer_armed(&c->timer))
 		loop_timer_cancel(c->loop, &c->timer);
 	log_debug("nbd: client uses export '%s' (%s replies)", e->name,
-		  c->extended ? "extended" : c->structured ? "structured" : "simple");
+		  c->extended     ? "extended"
+		  : c->structured ? "structured"
+				  : "simple");
 	return 0;
 }
 
@@ -125,7 +127,8 @@ static int opt_list(struct nbd_conn *c, uint32_t len)
 	int ret = 0;
 
 	if (len)
-		return opt_error(c, NBD_OPT_LIST, NBD_REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
+		return opt_error(c, NBD_OPT_LIST, NBD_REP_ERR_INVALID,
+				 "NBD_OPT_LIST takes no data");
 	for (e = c->srv->exports; e && !ret; e = e->next) {
 		uint32_t nl = (uint32_t)strlen(e->name);
 		uint32_t dl = e->description ? (uint32_t)strlen(e->description) : 0;
@@ -181,7 +184,7 @@ static int info_block_size(struct nbd_conn *c, uint32_t opt, struct nbd_export *
 
 #define WANT_NAME (1u << 0)
 #define WANT_DESC (1u << 1)
-#define WANT_BS   (1u << 2)
+#define WANT_BS (1u << 2)
 
 static int info_replies(struct nbd_conn *c, uint32_t opt, struct nbd_export *e, unsigned want)
 {
@@ -219,8 +222,10 @@ static int opt_info_go(struct nbd_conn *c, uint32_t opt, const uint8_t *data, ui
 	for (i = 0; i < nreq; i++) {
 		uint16_t t = nbd_get16(cur.p + 2 + 2 * i);
 
-		want |= t == NBD_INFO_NAME ? WANT_NAME : t == NBD_INFO_DESCRIPTION ? WANT_DESC :
-			t == NBD_INFO_BLOCK_SIZE ? WANT_BS : 0;
+		want |= t == NBD_INFO_NAME          ? WANT_NAME
+			: t == NBD_INFO_DESCRIPTION ? WANT_DESC
+			: t == NBD_INFO_BLOCK_SIZE  ? WANT_BS
+						    : 0;
 	}
 	e = nbd_export_find(c->srv, (const char *)name, namelen);
 	if (!e)
@@ -260,7 +265,8 @@ static uint32_t meta_parse(struct nbd_conn *c, const uint8_t *data, uint32_t len
 			return NBD_REP_ERR_INVALID;
 		/* "base:" lists every base context but selects none; unknown
 		 * namespaces and leaves are ignored. */
-		if (query_is(q, qlen, NBD_META_BASE_ALLOCATION) || (!set && query_is(q, qlen, "base:")))
+		if (query_is(q, qlen, NBD_META_BASE_ALLOCATION) ||
+		    (!set && query_is(q, qlen, "base:")))
 			*alloc = true;
 	}
 	if (cur.left)
@@ -362,17 +368,6 @@ static int client_flags(struct nbd_conn *c)
 	return 0;
 }
 
-/* Drop skipped option data; true when done. */
-static bool skip_input(struct nbd_conn *c)
-{
-	size_t avail = c->rend - c->rpos;
-	size_t k = c->skip < avail ? (size_t)c->skip : avail;
-
-	c->rpos += k;
-	c->skip -= k;
-	return c->skip == 0;
-}
-
 static int one_option(struct nbd_conn *c)
 {
 	const uint8_t *h = c->rbuf + c->rpos;
@@ -400,7 +395,7 @@ int nbd_handshake_input(struct nbd_conn *c)
 	int ret = 0;
 
 	while (!ret && c->state == NBD_CONN_OPEN && c->phase != NBD_PHASE_TRANSMISSION) {
-		if (c->skip && !skip_input(c))
+		if (!nbd_conn_skip_input(c))
 			break;
 		/* A client that sends options without reading the replies
 		 * waits until they drain. */

@@ -1,6 +1,7 @@
 /* Private parts of the NBD server shared by nbd-server.c (server, listeners,
  * accept), nbd-conn.c (connection lifetime and socket I/O), nbd-handshake.c
- * (option haggling) and nbd-transmit.c / nbd-status.c (transmission phase).
+ * (option haggling), nbd-transmit.c (transmission: parsing, validation, the
+ * request pool, replies) and nbd-cmd.c / nbd-status.c (the commands).
  *
  * Threading: a struct nbd_conn and its requests are owned by conn->loop's
  * thread. struct nbd_server fields are written on the main thread before
@@ -14,29 +15,31 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "block/block.h"
 #include "export/nbd-proto.h"
 #include "export/nbd-server.h"
 #include "loop/loop.h"
+#include "util/log.h"
 
 /* ---- tunables ---------------------------------------------------------- */
 
-#define NBD_RBUF_SIZE        (256u << 10) /* socket input buffer in transmission */
-#define NBD_HS_RBUF_SIZE     (68u << 10)  /* ... in the handshake (the largest option fits) */
-#define NBD_MAX_OPT_DATA     (64u << 10)  /* larger options: NBD_REP_ERR_TOO_BIG */
-#define NBD_HBUF_HIGH        (1u << 20)   /* unsent handshake replies: stop reading */
-#define NBD_CONN_MAX_REQS    128          /* requests in flight per connection */
-#define NBD_CONN_MAX_BYTES   (64u << 20)  /* buffer bytes in flight per connection */
-#define NBD_KEEP_BUF         (1u << 20)   /* larger buffers are freed after use */
-#define NBD_CONN_KEEP_BYTES  (8u << 20)   /* idle buffers a connection keeps, at most */
-#define NBD_SEND_IOV         1024         /* iovecs per sendmsg */
-#define NBD_HANDSHAKE_NS     (30ull * 1000000000ull)
-#define NBD_SPARSE_READ_MIN  (64u << 10)  /* reads this large look for holes first */
-#define NBD_READ_EXTENTS     8            /* content chunks per sparse read */
-#define NBD_STATUS_EXTENTS   64           /* descriptors per block-status reply */
-#define NBD_META_ID_ALLOC    1            /* context id of base:allocation */
+#define NBD_RBUF_SIZE (256u << 10)     /* socket input buffer in transmission */
+#define NBD_HS_RBUF_SIZE (68u << 10)   /* ... in the handshake (the largest option fits) */
+#define NBD_MAX_OPT_DATA (64u << 10)   /* larger options: NBD_REP_ERR_TOO_BIG */
+#define NBD_HBUF_HIGH (1u << 20)       /* unsent handshake replies: stop reading */
+#define NBD_CONN_MAX_REQS 128          /* requests in flight per connection */
+#define NBD_CONN_MAX_BYTES (64u << 20) /* buffer bytes in flight per connection */
+#define NBD_KEEP_BUF (1u << 20)        /* larger buffers are freed after use */
+#define NBD_CONN_KEEP_BYTES (8u << 20) /* idle buffers a connection keeps, at most */
+#define NBD_SEND_IOV 1024              /* iovecs per sendmsg */
+#define NBD_HANDSHAKE_NS (30ull * 1000000000ull)
+#define NBD_SPARSE_READ_MIN (64u << 10) /* reads this large look for holes first */
+#define NBD_READ_EXTENTS 8              /* content chunks per sparse read */
+#define NBD_STATUS_EXTENTS 64           /* descriptors per block-status reply */
+#define NBD_META_ID_ALLOC 1             /* context id of base:allocation */
 
 /* ---- server ------------------------------------------------------------ */
 
@@ -71,10 +74,10 @@ struct nbd_listener {
 /* See nbd-budget.c. */
 struct nbd_budget {
 	pthread_mutex_t lock;
-	uint64_t limit;                     /* immutable */
-	uint64_t used;                      /* protected by lock: bytes granted */
-	uint64_t peak, waits;               /* protected by lock */
-	struct nbd_conn *head, **tail;      /* protected by lock: waiting, FIFO */
+	uint64_t limit;                /* immutable */
+	uint64_t used;                 /* protected by lock: bytes granted */
+	uint64_t peak, waits;          /* protected by lock */
+	struct nbd_conn *head, **tail; /* protected by lock: waiting, FIFO */
 };
 
 /* Reserve need bytes for c's next request: true when granted now; else c is
@@ -113,8 +116,8 @@ void nbd_server_conn_gone(struct nbd_server *s, struct nbd_slot *slot);
 
 /* ---- requests ---------------------------------------------------------- */
 
-#define NBD_REQ_IOV     (2 * NBD_READ_EXTENTS + 2)
-#define NBD_REQ_HDR     (NBD_READ_EXTENTS * 48)
+#define NBD_REQ_IOV (2 * NBD_READ_EXTENTS + 2)
+#define NBD_REQ_HDR (NBD_READ_EXTENTS * 48)
 
 struct nbd_extent {
 	uint64_t len;
@@ -132,16 +135,16 @@ struct nbd_req {
 	uint32_t error;  /* NBD_E*, 0: success */
 	uint64_t mem;    /* bytes of the daemon-wide budget held until released */
 	const char *msg; /* error message for structured replies (static) */
-	uint8_t stage;   /* multi-step commands (nbd-status.c, trim + FUA) */
+	uint8_t stage;   /* step of a command of several (READ's scan, TRIM + FUA) */
 	bool internal;   /* the flush of a connection whose client left: no reply */
 
 	void *buf;
 	size_t buf_cap;
 	struct iovec data_iov;
-	uint64_t acct;     /* bytes counted in conn->busy_bytes */
-	uint64_t done;     /* bytes covered so far (status scans) */
-	unsigned nexts;    /* extents used */
-	unsigned scans;    /* block-status queries made */
+	uint64_t acct;  /* bytes counted in conn->busy_bytes */
+	uint64_t done;  /* bytes covered so far (status scans) */
+	unsigned nexts; /* extents used */
+	unsigned scans; /* block-status queries made */
 	struct nbd_extent ext[NBD_READ_EXTENTS];
 
 	/* The reply, built when the request finishes. */
@@ -152,6 +155,30 @@ struct nbd_req {
 
 /* ---- connections ------------------------------------------------------- */
 
+/* A connection's states, all in one place (docs/nbd.md draws the protocol
+ * side of them):
+ *
+ *   phase   CLIENT_FLAGS --4 bytes--> OPTIONS --EXPORT_NAME/GO--> TRANSMISSION
+ *           (nbd-handshake.c; 30 s deadline: c->timer)       (nbd-transmit.c)
+ *
+ *   state   OPEN --NBD_CMD_DISC, EOF, server drain (transmission)--> DRAIN
+ *           OPEN, DRAIN --protocol violation, socket error, drain before
+ *                         transmission, DRAIN with nothing left--> CLOSED
+ *
+ *   OPEN: reading and writing. DRAIN: nothing more is read (the payload of
+ *   a half-received write is dropped with it); requests in flight are
+ *   answered, the last answer sent closes (conn_idle, after a flush if
+ *   writes were made). CLOSED: the socket is closed; requests in flight
+ *   complete and their replies are dropped; the connection is freed with its
+ *   last reference.
+ *
+ *   Reading pauses, while OPEN, when in_blocked (no free request, too many
+ *   bytes in flight, or a handshake reply backlog over NBD_HBUF_HIGH; a
+ *   finished request or a send lifts it) or mem_waiting (the daemon-wide budget has
+ *   not granted the next request's memory; the grant message lifts it), and
+ *   writing pauses when out_blocked (the socket is full: EPOLLOUT lifts
+ *   it). In transmission with c->ring, recv_armed says a receive is in the
+ *   kernel (nbd-ring.c). */
 enum nbd_phase {
 	NBD_PHASE_CLIENT_FLAGS = 0,
 	NBD_PHASE_OPTIONS,
@@ -175,11 +202,11 @@ struct nbd_conn {
 	enum nbd_phase phase;
 
 	struct loop_fd fdh;
-	uint32_t events;    /* what fdh is armed for (0: not registered) */
-	bool in_blocked;    /* input paused: out of requests or reply backlog */
-	bool out_blocked;   /* socket full: waiting for EPOLLOUT */
-	bool in_parse;      /* re-entrance guard for nbd_conn_parse */
-	bool mem_waiting;   /* input paused until the budget grants mem_need */
+	uint32_t events;  /* what fdh is armed for (0: not registered) */
+	bool in_blocked;  /* input paused: out of requests or reply backlog */
+	bool out_blocked; /* socket full: waiting for EPOLLOUT */
+	bool in_parse;    /* re-entrance guard for nbd_conn_parse */
+	bool mem_waiting; /* input paused until the budget grants mem_need */
 	struct loop_flush flush;
 	struct loop_timer timer; /* handshake deadline */
 
@@ -188,7 +215,7 @@ struct nbd_conn {
 	size_t rpos, rend, rcap;
 	struct nbd_req *cur; /* write whose payload is being received */
 	uint64_t cur_have;
-	uint64_t skip; /* payload bytes to read and drop */
+	uint64_t skip; /* bytes to read and drop: option data, refused payload */
 
 	/* Daemon-wide request memory (srv->budget). mem_grant: bytes granted
 	 * for the request header at rpos, not yet taken. mem_queued, mem_next,
@@ -205,10 +232,22 @@ struct nbd_conn {
 
 	/* Negotiated in the handshake. */
 	bool no_zeroes, structured, extended;
-	bool meta_alloc;              /* base:allocation selected ... */
-	struct nbd_export *meta_exp;  /* ... for this export */
-	struct nbd_export *exp;       /* transmission: the export */
+	bool meta_alloc;             /* base:allocation selected ... */
+	struct nbd_export *meta_exp; /* ... for this export */
+	struct nbd_export *exp;      /* transmission: the export */
 	uint16_t tflags;
+
+	/* Socket input through the loop's io_uring (nbd-ring.c), in
+	 * transmission on a loop where loop_uring_waits(): the fd handler then
+	 * only waits for room to send. At most one receive is in flight
+	 * (recv_armed), into rbuf and cur's buffer, which therefore do not move
+	 * or go while it runs; it holds a reference. */
+	bool ring;
+	bool recv_armed, recv_cancelled;
+	struct nbd_req *cur_held; /* a dropped cur whose buffer the receive still uses */
+	struct loop_uring_op recv_op;
+	struct msghdr rx_msg;
+	struct iovec rx_iov[2];
 
 	/* Transmission. */
 	struct nbd_req *all_reqs, **free_reqs;
@@ -218,13 +257,14 @@ struct nbd_conn {
 	uint64_t kept_bytes; /* buffers kept by idle requests of the pool */
 	bool dirty;          /* a write finished since the last flush */
 	uint64_t nrequests;
-	unsigned io_errors;  /* block-layer errors seen (the first few are logged) */
+	struct log_errors io_errors; /* block-layer errors (util/log.h) */
 };
 
 /* nbd-conn.c */
 int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop, int fd);
-/* Entering transmission: the input buffer grows to NBD_RBUF_SIZE. */
-int nbd_conn_grow_rbuf(struct nbd_conn *c);
+/* Entering transmission: the input buffer grows to NBD_RBUF_SIZE, and the
+ * socket input moves to the loop's io_uring where it can (nbd-ring.c). */
+int nbd_conn_enter_transmission(struct nbd_conn *c);
 void nbd_conn_get(struct nbd_conn *c);
 void nbd_conn_put(struct nbd_conn *c);
 /* Stop reading; close once every request has been answered. */
@@ -240,6 +280,26 @@ void nbd_conn_unblock(struct nbd_conn *c);
 /* A request was released (c->busy went down). */
 void nbd_conn_request_done(struct nbd_conn *c);
 void nbd_conn_parse(struct nbd_conn *c);
+/* Drop buffered input bytes that c->skip says are unwanted (an option's data
+ * refused in the handshake, a refused write's payload in transmission): true
+ * once none are left to drop, false while more must arrive. */
+bool nbd_conn_skip_input(struct nbd_conn *c);
+
+/* What the socket may receive into next: the rest of cur's buffer, then
+ * rbuf's free end (returns the count; 0: rbuf is full, which cannot happen).
+ * A receive into it ended with n bytes, 0 (the client closed its side) or
+ * -errno; the input is parsed. */
+int nbd_conn_rx_iov(struct nbd_conn *c, struct iovec *iov);
+void nbd_conn_received(struct nbd_conn *c, const struct iovec *iov, int cnt, ssize_t n);
+
+/* nbd-ring.c */
+void nbd_ring_start(struct nbd_conn *c);
+/* conn_set_events' part for the ring: receive while input is wanted, cancel
+ * the receive when draining. */
+void nbd_ring_update(struct nbd_conn *c);
+/* Before the socket is closed: a queued receive goes to the kernel, and one
+ * in flight ends (shutdown), completing with its reference. */
+void nbd_ring_close(struct nbd_conn *c);
 
 /* nbd-handshake.c: consume options from rbuf. Returns 0, or -errno when the
  * connection must be closed. */
@@ -260,12 +320,36 @@ int nbd_req_buf(struct nbd_req *r, size_t len);
 uint32_t nbd_errno_to_nbd(int err);
 int nbd_req_submit(struct nbd_req *r, uint8_t op, uint32_t flags, uint64_t off, uint64_t len);
 
-/* nbd-status.c: block-status replies and hole-aware reads. */
+/* Append one entry to the request's reply iovec. */
+void nbd_req_add_iov(struct nbd_req *r, void *base, size_t len);
+
+/* ---- commands (nbd-cmd.c; BLOCK_STATUS in nbd-status.c) ----------------
+ * One entry per command type, NULL for unknown types (and NBD_CMD_DISC,
+ * which ends the input instead of becoming a request):
+ *   start     the request is valid (a write's payload is in r->buf): submit
+ *             it to the block layer, or finish or fail it;
+ *   blk_done  one of its block-layer requests completed (0 or -errno); a
+ *             command of several steps keeps its step in r->stage;
+ *   reply     build the success reply in r->riov (errors have one builder
+ *             for every command, in nbd-transmit.c).
+ * Every path ends in nbd_req_finish() or nbd_req_fail() exactly once. */
+#define NBD_CMD_COUNT (NBD_CMD_BLOCK_STATUS + 1)
+#define NBD_MAX_SCANS 256 /* block-status queries one request may make */
+
+struct nbd_cmd {
+	void (*start)(struct nbd_req *r);
+	void (*blk_done)(struct nbd_req *r, int ret);
+	void (*reply)(struct nbd_req *r);
+	bool write; /* changes the image: refused on a read-only export */
+};
+
+extern const struct nbd_cmd nbd_cmds[NBD_CMD_COUNT];
+/* The next block-status query of a READ scan or a BLOCK_STATUS request:
+ * from r->offset + r->done to the end of the request. */
+int nbd_req_scan_next(struct nbd_req *r);
 void nbd_status_start(struct nbd_req *r);
-void nbd_read_start(struct nbd_req *r);
 void nbd_status_blk_done(struct nbd_req *r, int ret);
-void nbd_build_read_reply(struct nbd_req *r);
-void nbd_build_status_reply(struct nbd_req *r);
+void nbd_status_reply(struct nbd_req *r);
 /* Reply headers (structured or extended as negotiated; simple). */
 size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t type,
 			 uint64_t len);
@@ -287,7 +371,10 @@ static inline void nbd_put64(uint8_t *p, uint64_t v)
 	nbd_put32(p, (uint32_t)(v >> 32));
 	nbd_put32(p + 4, (uint32_t)v);
 }
-static inline uint16_t nbd_get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static inline uint16_t nbd_get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
 static inline uint32_t nbd_get32(const uint8_t *p)
 {
 	return (uint32_t)nbd_get16(p) << 16 | nbd_get16(p + 2);

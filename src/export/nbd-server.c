@@ -17,10 +17,10 @@
 #include <unistd.h>
 
 #include "export/nbd-int.h"
+#include "util/compiler.h"
 #include "util/log.h"
 #include "util/unix-listener.h"
 
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 #define ACCEPT_BATCH 64
 
 struct accept_msg {
@@ -42,8 +42,7 @@ static void drained_cb(struct loop_msg *m)
  * (so that the server may be freed once the callback ran). */
 static void maybe_drained(struct nbd_server *s)
 {
-	if (!atomic_load(&s->draining) || atomic_load(&s->nconns) ||
-	    atomic_load(&s->pending_msgs))
+	if (!atomic_load(&s->draining) || atomic_load(&s->nconns) || atomic_load(&s->pending_msgs))
 		return;
 	if (!atomic_exchange(&s->drained_sent, true))
 		loop_send(s->main_loop, &s->drained_msg);
@@ -98,8 +97,8 @@ struct nbd_export *nbd_export_find(struct nbd_server *s, const char *name, size_
 
 uint16_t nbd_export_tflags(const struct nbd_export *e, bool structured)
 {
-	uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
-		     NBD_FLAG_SEND_CACHE;
+	uint16_t f =
+		NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA | NBD_FLAG_SEND_CACHE;
 
 	if (e->writable)
 		f |= NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
@@ -311,8 +310,7 @@ static int listen_addr(struct nbd_server *s, const struct addrinfo *ai)
 {
 	int one = 1, fd, ret;
 
-	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    ai->ai_protocol);
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));

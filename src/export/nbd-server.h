@@ -56,7 +56,7 @@ struct nbd_export_config {
 	const char *name;        /* as clients ask for it ("" allowed) */
 	const char *description; /* NULL: none */
 	struct blk_node *bs;
-	bool writable;           /* the node must not be read-only */
+	bool writable; /* the node must not be read-only */
 	enum nbd_detect_zeroes detect_zeroes;
 };
 

@@ -1,5 +1,7 @@
-/* NBD transmission phase: request parsing and validation, submission to the
- * block layer, and reply construction (simple, structured or extended).
+/* NBD transmission phase: request parsing and validation, the request pool,
+ * submission to the block layer, and the reply headers (simple, structured or
+ * extended) and error replies. What each command does is its entry in the
+ * command table (nbd-cmd.c).
  *
  * Requests are parsed straight out of the connection's input buffer, as many
  * as it holds, and submitted as they are parsed: everything received in one
@@ -19,10 +21,7 @@
 #include <string.h>
 
 #include "export/nbd-int.h"
-#include "util/iov.h"
 #include "util/log.h"
-
-#define MAX_LOGGED_IO_ERRORS 10
 
 /* ---- request pool ------------------------------------------------------- */
 
@@ -153,8 +152,7 @@ uint32_t nbd_errno_to_nbd(int err)
 	}
 }
 
-size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t type,
-			 uint64_t len)
+size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t type, uint64_t len)
 {
 	if (r->conn->extended) {
 		nbd_put32(p, NBD_EXTENDED_REPLY_MAGIC);
@@ -181,7 +179,7 @@ size_t nbd_put_simple_hdr(struct nbd_req *r, uint8_t *p, uint32_t err)
 	return sizeof(struct nbd_simple_reply);
 }
 
-static void set_iov(struct nbd_req *r, void *base, size_t len)
+void nbd_req_add_iov(struct nbd_req *r, void *base, size_t len)
 {
 	r->riov[r->riovcnt].iov_base = base;
 	r->riov[r->riovcnt++].iov_len = len;
@@ -196,26 +194,15 @@ static void build_error_reply(struct nbd_req *r)
 	size_t mlen = r->msg ? strlen(r->msg) : 0, n;
 
 	if (!c->structured && !c->extended) {
-		set_iov(r, r->hdr, nbd_put_simple_hdr(r, r->hdr, r->error));
+		nbd_req_add_iov(r, r->hdr, nbd_put_simple_hdr(r, r->hdr, r->error));
 		return;
 	}
 	n = nbd_put_chunk_hdr(r, r->hdr, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, 6 + mlen);
 	nbd_put32(r->hdr + n, r->error);
 	nbd_put16(r->hdr + n + 4, (uint16_t)mlen);
-	set_iov(r, r->hdr, n + 6);
+	nbd_req_add_iov(r, r->hdr, n + 6);
 	if (mlen)
-		set_iov(r, (void *)r->msg, mlen);
-}
-
-static void build_ok_reply(struct nbd_req *r)
-{
-	size_t n;
-
-	if (r->conn->extended) /* simple replies are not allowed any more */
-		n = nbd_put_chunk_hdr(r, r->hdr, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, 0);
-	else
-		n = nbd_put_simple_hdr(r, r->hdr, 0);
-	set_iov(r, r->hdr, n);
+		nbd_req_add_iov(r, (void *)r->msg, mlen);
 }
 
 void nbd_req_finish(struct nbd_req *r)
@@ -229,12 +216,8 @@ void nbd_req_finish(struct nbd_req *r)
 	r->riovcnt = 0;
 	if (r->error)
 		build_error_reply(r);
-	else if (r->type == NBD_CMD_READ)
-		nbd_build_read_reply(r);
-	else if (r->type == NBD_CMD_BLOCK_STATUS)
-		nbd_build_status_reply(r);
 	else
-		build_ok_reply(r);
+		nbd_cmds[r->type].reply(r);
 	nbd_conn_queue_reply(c, r);
 }
 
@@ -253,7 +236,7 @@ void nbd_req_io_failed(struct nbd_req *r, int ret)
 
 	/* FAST_ZERO's -ENOTSUP is an answer, not a failure. */
 	if (!(ret == -ENOTSUP && (r->flags & NBD_CMD_FLAG_FAST_ZERO)) &&
-	    c->io_errors++ < MAX_LOGGED_IO_ERRORS)
+	    log_errors_take(&c->io_errors))
 		log_warn("nbd: export '%s': %s at offset %llu, length %llu failed: %s",
 			 c->exp->name, blk_op_name((enum blk_op)r->blk.op),
 			 (unsigned long long)r->blk.offset, (unsigned long long)r->blk.len,
@@ -261,35 +244,11 @@ void nbd_req_io_failed(struct nbd_req *r, int ret)
 	nbd_req_fail(r, nbd_errno_to_nbd(ret), NULL);
 }
 
-static bool is_write(uint16_t type)
-{
-	return type == NBD_CMD_WRITE || type == NBD_CMD_TRIM || type == NBD_CMD_WRITE_ZEROES;
-}
-
 static void req_blk_cb(struct blk_request *blk, int ret)
 {
 	struct nbd_req *r = blk->opaque;
-	struct nbd_conn *c = r->conn;
 
-	if (r->type == NBD_CMD_READ || r->type == NBD_CMD_BLOCK_STATUS) {
-		nbd_status_blk_done(r, ret);
-		return;
-	}
-	if (ret < 0) {
-		nbd_req_io_failed(r, ret);
-		return;
-	}
-	/* TRIM has no FUA of its own in the block layer: flush after it. */
-	if (r->type == NBD_CMD_TRIM && (r->flags & NBD_CMD_FLAG_FUA) && r->stage == 0) {
-		r->stage = 1;
-		ret = nbd_req_submit(r, BLK_OP_FLUSH, 0, 0, 0);
-		if (ret < 0)
-			nbd_req_fail(r, nbd_errno_to_nbd(ret), NULL);
-		return;
-	}
-	if (is_write(r->type) && !(r->flags & NBD_CMD_FLAG_FUA))
-		c->dirty = true;
-	nbd_req_finish(r);
+	nbd_cmds[r->type].blk_done(r, ret);
 }
 
 int nbd_req_submit(struct nbd_req *r, uint8_t op, uint32_t flags, uint64_t off, uint64_t len)
@@ -310,74 +269,6 @@ int nbd_req_submit(struct nbd_req *r, uint8_t op, uint32_t flags, uint64_t off, 
 	if (op == BLK_OP_FLUSH)
 		r->conn->dirty = false;
 	return blk_submit(r->conn->exp->bs, b);
-}
-
-static void submit_or_fail(struct nbd_req *r, uint8_t op, uint32_t flags)
-{
-	int ret = nbd_req_submit(r, op, flags, r->offset, r->len);
-
-	if (ret < 0)
-		nbd_req_fail(r, nbd_errno_to_nbd(ret), NULL);
-}
-
-static void dispatch_write(struct nbd_req *r)
-{
-	uint32_t f = r->flags & NBD_CMD_FLAG_FUA ? BLK_F_FUA : 0;
-
-	if (r->len == 0) { /* unspecified by the spec: a successful no-op */
-		nbd_req_finish(r);
-		return;
-	}
-	/* A branch when off; a scan of the payload when configured. */
-	if (r->conn->exp->detect_zeroes && iov_is_zero(&r->data_iov, 1)) {
-		if (r->conn->exp->detect_zeroes == NBD_DETECT_ZEROES_UNMAP)
-			f |= BLK_F_MAY_UNMAP;
-		submit_or_fail(r, BLK_OP_WRITE_ZEROES, f);
-		return;
-	}
-	submit_or_fail(r, BLK_OP_WRITE, f);
-}
-
-static uint32_t write_zeroes_flags(uint16_t flags)
-{
-	uint32_t f = 0;
-
-	if (flags & NBD_CMD_FLAG_FUA)
-		f |= BLK_F_FUA;
-	if (!(flags & NBD_CMD_FLAG_NO_HOLE))
-		f |= BLK_F_MAY_UNMAP;
-	if (flags & NBD_CMD_FLAG_FAST_ZERO)
-		f |= BLK_F_NO_FALLBACK;
-	return f;
-}
-
-static void dispatch(struct nbd_req *r)
-{
-	switch (r->type) {
-	case NBD_CMD_READ:
-		nbd_read_start(r);
-		break;
-	case NBD_CMD_WRITE:
-		dispatch_write(r);
-		break;
-	case NBD_CMD_FLUSH:
-		r->offset = r->len = 0;
-		submit_or_fail(r, BLK_OP_FLUSH, 0);
-		break;
-	case NBD_CMD_TRIM:
-		submit_or_fail(r, BLK_OP_DISCARD, 0);
-		break;
-	case NBD_CMD_WRITE_ZEROES:
-		submit_or_fail(r, BLK_OP_WRITE_ZEROES, write_zeroes_flags(r->flags));
-		break;
-	case NBD_CMD_CACHE:
-		/* A hint; the spec allows it to do nothing. */
-		nbd_req_finish(r);
-		break;
-	case NBD_CMD_BLOCK_STATUS:
-		nbd_status_start(r);
-		break;
-	}
 }
 
 /* ---- parsing and validation --------------------------------------------- */
@@ -403,9 +294,7 @@ static uint16_t allowed_flags(const struct nbd_conn *c, uint16_t type)
 
 static bool known_command(uint16_t type)
 {
-	return type == NBD_CMD_READ || type == NBD_CMD_WRITE || type == NBD_CMD_FLUSH ||
-	       type == NBD_CMD_TRIM || type == NBD_CMD_CACHE || type == NBD_CMD_WRITE_ZEROES ||
-	       type == NBD_CMD_BLOCK_STATUS;
+	return type < NBD_CMD_COUNT && nbd_cmds[type].start;
 }
 
 static uint32_t refuse(const char **msg, const char *why, uint32_t err)
@@ -427,7 +316,7 @@ static uint32_t validate(struct nbd_conn *c, struct nbd_req *r, const char **msg
 		return refuse(msg, "flag not valid for this command", NBD_EINVAL);
 	if (c->extended && r->type == NBD_CMD_WRITE && !(r->flags & NBD_CMD_FLAG_PAYLOAD_LEN))
 		return refuse(msg, "write without NBD_CMD_FLAG_PAYLOAD_LEN", NBD_EINVAL);
-	if (is_write(r->type) && !c->exp->writable)
+	if (nbd_cmds[r->type].write && !c->exp->writable)
 		return refuse(msg, "export is read-only", NBD_EPERM);
 	/* FLUSH's offset and length are reserved: not checked. */
 	if (r->type != NBD_CMD_FLUSH && (r->offset > size || r->len > size - r->offset))
@@ -460,18 +349,8 @@ static bool payload_input(struct nbd_conn *c)
 	if (c->cur_have < r->len)
 		return false;
 	c->cur = NULL;
-	dispatch(r);
+	nbd_cmds[r->type].start(r);
 	return true;
-}
-
-static bool skip_input(struct nbd_conn *c)
-{
-	size_t avail = c->rend - c->rpos;
-	size_t k = c->skip < avail ? (size_t)c->skip : avail;
-
-	c->rpos += k;
-	c->skip -= k;
-	return c->skip == 0;
 }
 
 static void parse_header(struct nbd_conn *c, struct nbd_req *r, const uint8_t *p)
@@ -526,7 +405,7 @@ static int one_request(struct nbd_conn *c)
 		payload_input(c);
 		return 0;
 	}
-	dispatch(r);
+	nbd_cmds[r->type].start(r);
 	return 0;
 }
 
@@ -580,11 +459,8 @@ int nbd_transmit_input(struct nbd_conn *c)
 				break;
 			continue;
 		}
-		if (c->skip) {
-			if (!skip_input(c))
-				break;
-			continue;
-		}
+		if (!nbd_conn_skip_input(c))
+			break;
 		if (c->rend - c->rpos < hdr)
 			break;
 		if (!can_take(c) || !mem_admit(c)) {

@@ -34,13 +34,12 @@
 #include "export/vhost-user-blk.h"
 #include "export/vhost-user.h"
 #include "loop/loop.h"
+#include "util/compiler.h"
 #include "util/log.h"
 #include "util/unix-listener.h"
 
-#define VUB_POOL_MAX 256  /* request slots per queue (fewer: chains wait in avail) */
-#define VUB_RUN_ROUNDS 4  /* disable/process/enable cycles before deferring */
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define VUB_POOL_MAX 256 /* request slots per queue (fewer: chains wait in avail) */
+#define VUB_RUN_ROUNDS 4 /* disable/process/enable cycles before deferring */
 
 struct vub_queue;
 
@@ -73,7 +72,7 @@ struct vub_queue {
 	unsigned idx;
 	struct loop *loop;
 	int new_call_fd, new_err_fd; /* also while running: read by fds_msg's handler */
-	uint16_t *resubmit; /* inflight heads to run again at start */
+	uint16_t *resubmit;          /* inflight heads to run again at start */
 	unsigned nresubmit, resubmit_cap;
 	struct vub_req *reqs;
 	unsigned nreqs;
@@ -87,6 +86,7 @@ struct vub_queue {
 	struct vub_notifier call, err;
 	struct vub_req **free;
 	unsigned nfree, inflight;
+	struct log_errors io_errors; /* block-layer errors (util/log.h) */
 	bool handlers_on, poll_on, stopping, starved, broken, again_queued, swapping;
 
 	struct loop_msg start_msg, stop_msg, stopped_msg, fds_msg, fds_done_msg;
@@ -169,7 +169,7 @@ static void vub_signal(struct vub_notifier *n)
 		n->again = true;
 		return;
 	}
-	sqe = loop_uring_sqe(q->loop);
+	sqe = loop_uring_peer_sqe(q->loop, &n->op);
 	if (!sqe && loop_uring(q->loop)) { /* a full submission queue: next round */
 		n->again = true;
 		vub_defer_again(q);
@@ -180,24 +180,18 @@ static void vub_signal(struct vub_notifier *n)
 		return;
 	}
 	io_uring_prep_write(sqe, n->fd, &vub_one, sizeof(vub_one), 0);
-	io_uring_sqe_set_data(sqe, &n->op);
 	n->inflight = true;
 	n->write_fd = n->fd;
 }
 
 static void vub_cancel(struct vub_notifier *n)
 {
-	struct io_uring_sqe *sqe;
-
 	if (!n->inflight || n->cancelling)
 		return;
-	sqe = loop_uring_sqe(n->q->loop);
-	if (!sqe) {
+	if (loop_uring_cancel_peer(n->q->loop, &n->op, &n->cancel_op) < 0) {
 		vub_defer_again(n->q); /* tries again */
 		return;
 	}
-	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)&n->op, 0);
-	io_uring_sqe_set_data(sqe, &n->cancel_op);
 	n->cancelling = true;
 }
 
@@ -316,6 +310,11 @@ static void vub_req_done(struct vblk_req *vr)
 	struct vub_req *r = (struct vub_req *)vr;
 	struct vub_queue *q = r->q;
 
+	if (vr->error < 0 && log_errors_take(&q->io_errors))
+		log_warn("%s: queue %u: %s at offset %llu, length %llu failed: %s", q->exp->name,
+			 q->idx, blk_op_name((enum blk_op)vr->breq.op),
+			 (unsigned long long)vr->breq.offset, (unsigned long long)vr->breq.len,
+			 strerror(-vr->error));
 	vring_push(q->vr, r->head, vr->used_len);
 	pool_put(q, r);
 	q->inflight--;
@@ -324,7 +323,7 @@ static void vub_req_done(struct vblk_req *vr)
 
 static void vub_start_req(struct vub_queue *q, struct vub_req *r, const struct vring_chain *c)
 {
-	int ret;
+	enum vblk_submit_result ret;
 
 	r->q = q;
 	r->head = c->head;
@@ -337,12 +336,12 @@ static void vub_start_req(struct vub_queue *q, struct vub_req *r, const struct v
 	r->vr.done = vub_req_done;
 	q->inflight++;
 	ret = vblk_req_submit(&r->vr);
-	if (ret == 1) {
+	if (ret == VBLK_FINISHED) {
 		vub_req_done(&r->vr);
-	} else if (ret < 0) {
+	} else if (ret == VBLK_BROKEN) {
 		q->inflight--;
 		pool_put(q, r);
-		vub_broken(q, ret);
+		vub_broken(q, -EINVAL);
 	}
 }
 
@@ -351,7 +350,7 @@ static void vub_process(struct vub_queue *q)
 {
 	struct vring_chain c;
 	struct vub_req *r;
-	int ret;
+	enum vring_pop_result ret;
 
 	while (!q->broken) {
 		r = pool_get(q);
@@ -362,12 +361,13 @@ static void vub_process(struct vub_queue *q)
 		c.iov = r->iov;
 		c.max_iov = VBLK_MAX_IOV;
 		ret = vring_pop(q->vr, &c);
-		if (ret <= 0) {
+		if (ret != VRING_POP_CHAIN) {
 			pool_put(q, r);
-			if (ret < 0)
-				vub_broken(q, ret);
+			if (ret == VRING_POP_BROKEN)
+				vub_broken(q, c.err);
 			break;
 		}
+		q->poll.idle = false;
 		vub_start_req(q, r, &c);
 	}
 	/* After the rings were read: a fault while reading them shows here. */
@@ -452,6 +452,10 @@ static bool vub_sleep_cb(struct loop_poll *p)
 
 static void vub_finish_stop(struct vub_queue *q)
 {
+	char who[160];
+
+	snprintf(who, sizeof(who), "%s: queue %u", q->exp->name, q->idx);
+	log_errors_end(&q->io_errors, who);
 	q->stopping = false;
 	/* The kick fd's poll requests reach the kernel before the main thread
 	 * may close the fd and its number is given to another file. */
@@ -464,8 +468,12 @@ static void vub_flush_cb(struct loop_flush *f)
 {
 	struct vub_queue *q = container_of(f, struct vub_queue, flush);
 
-	if (vring_flush(q->vr))
+	if (vring_flush(q->vr)) {
 		vub_notify(q);
+		/* The driver waits for this interrupt: its next request comes
+		 * after its wake-up, later than polling would pay for. */
+		q->poll.idle = true;
+	}
 	if (q->starved && q->handlers_on) {
 		q->starved = false;
 		vub_run(q);
@@ -719,8 +727,11 @@ static const struct vu_dev_ops vub_ops = {
 
 int vub_export_attach_fd(struct vub_export *e, int fd)
 {
-	struct vu_dev_config cfg = {.loop = e->main_loop, .num_queues = e->nqueues,
-				    .ops = &vub_ops, .opaque = e, .name = e->name};
+	struct vu_dev_config cfg = {.loop = e->main_loop,
+				    .num_queues = e->nqueues,
+				    .ops = &vub_ops,
+				    .opaque = e,
+				    .name = e->name};
 	int ret;
 
 	if (e->conn || e->stopping) {
@@ -762,8 +773,8 @@ static void vub_listen_watch(struct vub_export *e, bool on)
 	if (on == e->listening || e->ul.fd < 0)
 		return;
 	if (on) {
-		e->listen_h = (struct loop_fd){.fd = e->ul.fd, .events = EPOLLIN,
-					       .cb = vub_accept_cb};
+		e->listen_h =
+			(struct loop_fd){.fd = e->ul.fd, .events = EPOLLIN, .cb = vub_accept_cb};
 		e->listening = loop_fd_add(e->main_loop, &e->listen_h) == 0;
 	} else {
 		loop_fd_del(e->main_loop, &e->listen_h);

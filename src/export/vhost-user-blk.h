@@ -19,15 +19,15 @@ struct loop;
 struct vub_export;
 
 struct vub_export_config {
-	const char *path;        /* unix socket for vub_export_listen; NULL: none,
-				  * connections come from vub_export_attach_fd */
-	mode_t mode;             /* socket permissions; 0: 0600 */
+	const char *path; /* unix socket for vub_export_listen; NULL: none,
+			   * connections come from vub_export_attach_fd */
+	mode_t mode;      /* socket permissions; 0: 0600 */
 	struct blk_node *bs;
 	struct vblk_dev_opts blk; /* writable, logical block size, serial, num_queues */
 	struct loop *main_loop;
 	struct loop **loops;
 	unsigned nloops;
-	unsigned first_loop;     /* spreads queue 0 of several exports */
+	unsigned first_loop; /* spreads queue 0 of several exports */
 };
 
 /* Set the export up (not listening yet). err gets a human message on failure. */

@@ -19,8 +19,8 @@
 
 /* ---- device --------------------------------------------------------------- */
 
-int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev_opts *o,
-		  char *err, size_t errlen)
+int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev_opts *o, char *err,
+		  size_t errlen)
 {
 	uint32_t lbs = o->logical_block_size ? o->logical_block_size : 512;
 
@@ -117,10 +117,10 @@ static void take_status(struct vblk_req *r)
 		r->nin--;
 }
 
-static int finish(struct vblk_req *r, uint8_t status)
+static enum vblk_submit_result finish(struct vblk_req *r, uint8_t status)
 {
 	*(volatile uint8_t *)r->status = status;
-	return 1;
+	return VBLK_FINISHED;
 }
 
 /* Sector range check without overflow: [sector, sector + bytes/512) inside
@@ -140,11 +140,13 @@ static void vblk_complete(struct blk_request *breq, int ret)
 
 	if (ret < 0)
 		r->used_len = 1;
+	r->error = ret < 0 ? ret : 0;
 	*(volatile uint8_t *)r->status = ret < 0 ? VIRTIO_BLK_S_IOERR : VIRTIO_BLK_S_OK;
 	r->done(r);
 }
 
-static int submit(struct vblk_req *r, uint8_t op, uint32_t flags, uint64_t sector, uint64_t len)
+static enum vblk_submit_result submit(struct vblk_req *r, uint8_t op, uint32_t flags,
+				      uint64_t sector, uint64_t len)
 {
 	int ret;
 
@@ -157,10 +159,10 @@ static int submit(struct vblk_req *r, uint8_t op, uint32_t flags, uint64_t secto
 	ret = blk_submit(r->dev->bs, &r->breq);
 	if (ret < 0)
 		return finish(r, ret == -ENOTSUP ? VIRTIO_BLK_S_UNSUPP : VIRTIO_BLK_S_IOERR);
-	return 0;
+	return VBLK_SUBMITTED;
 }
 
-static int do_rw(struct vblk_req *r, const struct virtio_blk_hdr *h, bool write)
+static enum vblk_submit_result do_rw(struct vblk_req *r, const struct virtio_blk_hdr *h, bool write)
 {
 	struct vblk_dev *d = r->dev;
 	struct iovec *iov = r->iov;
@@ -188,7 +190,7 @@ static int do_rw(struct vblk_req *r, const struct virtio_blk_hdr *h, bool write)
 		      h->sector, len);
 }
 
-static int do_get_id(struct vblk_req *r)
+static enum vblk_submit_result do_get_id(struct vblk_req *r)
 {
 	size_t n = r->in_len - 1 < VIRTIO_BLK_ID_BYTES ? r->in_len - 1 : VIRTIO_BLK_ID_BYTES;
 
@@ -199,7 +201,7 @@ static int do_get_id(struct vblk_req *r)
 
 /* DISCARD and WRITE_ZEROES carry one segment after the header (we offer
  * max_discard_seg = max_write_zeroes_seg = 1). */
-static int do_discard_wz(struct vblk_req *r, bool wz)
+static enum vblk_submit_result do_discard_wz(struct vblk_req *r, bool wz)
 {
 	struct virtio_blk_discard_wz seg;
 	struct vblk_dev *d = r->dev;
@@ -226,19 +228,20 @@ static int do_discard_wz(struct vblk_req *r, bool wz)
 		      sector, bytes);
 }
 
-int vblk_req_submit(struct vblk_req *r)
+enum vblk_submit_result vblk_req_submit(struct vblk_req *r)
 {
 	struct virtio_blk_hdr h;
 
 	/* Without a header to read and a status byte to write there is no way
 	 * to answer: the driver is broken. */
 	if (r->out_len < sizeof(h) || r->in_len < 1 || !r->nin)
-		return -EINVAL;
+		return VBLK_BROKEN;
 	iov_to_buf(r->iov, (int)r->nout, 0, &h, sizeof(h));
 	h.type = le32toh(h.type);
 	h.sector = le64toh(h.sector);
 	take_status(r);
 	r->used_len = 1;
+	r->error = 0;
 	switch (h.type) {
 	case VIRTIO_BLK_T_IN:
 		return do_rw(r, &h, false);

@@ -96,7 +96,7 @@ struct vblk_dev_opts {
 
 struct vblk_dev {
 	struct blk_node *bs;
-	uint64_t sectors;  /* capacity in 512-byte sectors, a multiple of lbs */
+	uint64_t sectors; /* capacity in 512-byte sectors, a multiple of lbs */
 	uint32_t lbs;
 	bool read_only;
 	uint8_t writeback; /* 1: write-back cache; 0: writes are FUA */
@@ -104,8 +104,8 @@ struct vblk_dev {
 	char serial[VIRTIO_BLK_ID_BYTES];
 };
 
-int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev_opts *o,
-		  char *err, size_t errlen);
+int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev_opts *o, char *err,
+		  size_t errlen);
 uint64_t vblk_dev_features(const struct vblk_dev *d);
 void vblk_dev_config(const struct vblk_dev *d, struct virtio_blk_config *cfg);
 /* A driver write to the configuration space: only `writeback` is writable.
@@ -123,12 +123,19 @@ struct vblk_req {
 	/* Set by the handler. */
 	uint8_t *status;
 	uint32_t used_len;
+	int error; /* the block layer's -errno for a failed request, else 0 */
 	void (*done)(struct vblk_req *r); /* after the status byte is written */
 };
 
-/* Handle one request. 0: submitted, r->done runs later; 1: finished now
- * (status written, used_len set, done not called); -EINVAL: the chain has
- * no room for a header or status byte, the driver is broken. */
-int vblk_req_submit(struct vblk_req *r);
+/* What vblk_req_submit() did with the request. */
+enum vblk_submit_result {
+	VBLK_SUBMITTED, /* r->done runs later */
+	VBLK_FINISHED,  /* now: status written, used_len set, done not called */
+	VBLK_BROKEN,    /* the chain has no room for a header or status byte:
+			 * the driver is broken */
+};
+
+/* Handle one request. */
+enum vblk_submit_result vblk_req_submit(struct vblk_req *r);
 
 #endif

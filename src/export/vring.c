@@ -13,9 +13,18 @@
 
 #define barrier() __atomic_signal_fence(__ATOMIC_SEQ_CST)
 
-static inline uint16_t load16(const uint16_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-static inline void store16(uint16_t *p, uint16_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-static inline void store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+static inline uint16_t load16(const uint16_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+static inline void store16(uint16_t *p, uint16_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+static inline void store32(uint32_t *p, uint32_t v)
+{
+	__atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
 
 /* ---- guest memory ------------------------------------------------------- */
 
@@ -299,28 +308,29 @@ int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c)
 	}
 }
 
-int vring_pop(struct vring *vr, struct vring_chain *c)
+enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c)
 {
 	uint16_t avail_idx = __atomic_load_n(&vr->avail->idx, __ATOMIC_ACQUIRE);
 	uint16_t head;
-	int ret;
 
 	if (avail_idx == vr->last_avail)
-		return 0;
+		return VRING_POP_EMPTY;
 	/* The driver cannot have more chains out than the ring has entries. */
-	if ((uint16_t)(avail_idx - vr->used_idx) > vr->num)
-		return -EINVAL;
+	if ((uint16_t)(avail_idx - vr->used_idx) > vr->num) {
+		c->err = -EINVAL;
+		return VRING_POP_BROKEN;
+	}
 	head = load16(&vr->avail->ring[vr->last_avail & (vr->num - 1)]);
-	ret = vring_walk(vr, head, c);
-	if (ret < 0)
-		return ret;
+	c->err = vring_walk(vr, head, c);
+	if (c->err < 0)
+		return VRING_POP_BROKEN;
 	vr->last_avail++;
 	vr->inuse++;
 	if (vr->inflight) {
 		vr->inflight->desc[head].counter = vr->counter++;
 		vr->inflight->desc[head].inflight = 1;
 	}
-	return 1;
+	return VRING_POP_CHAIN;
 }
 
 /* ---- used ring ---------------------------------------------------------- */

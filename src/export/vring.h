@@ -23,8 +23,8 @@
 #define VIRTIO_RING_F_INDIRECT_DESC 28
 #define VIRTIO_RING_F_EVENT_IDX 29
 
-#define VRING_MAX_SIZE 1024   /* largest queue accepted (QEMU's maximum too) */
-#define VRING_MAX_REGIONS 32  /* memory slots (GET_MAX_MEM_SLOTS) */
+#define VRING_MAX_SIZE 1024  /* largest queue accepted (QEMU's maximum too) */
+#define VRING_MAX_REGIONS 32 /* memory slots (GET_MAX_MEM_SLOTS) */
 
 struct vring_desc {
 	uint64_t addr;
@@ -52,9 +52,18 @@ struct vring_used {
 
 /* Byte sizes of the three parts of a ring of `num` entries (with the event
  * index fields). */
-static inline uint64_t vring_desc_size(unsigned num) { return 16ull * num; }
-static inline uint64_t vring_avail_size(unsigned num) { return 6ull + 2ull * num; }
-static inline uint64_t vring_used_size(unsigned num) { return 6ull + 8ull * num; }
+static inline uint64_t vring_desc_size(unsigned num)
+{
+	return 16ull * num;
+}
+static inline uint64_t vring_avail_size(unsigned num)
+{
+	return 6ull + 2ull * num;
+}
+static inline uint64_t vring_used_size(unsigned num)
+{
+	return 6ull + 8ull * num;
+}
 
 /* One guest memory region mapped here: guest physical [gpa, gpa+size) is
  * front-end virtual [uva, uva+size) and host [host, host+size). */
@@ -121,10 +130,10 @@ struct vring {
 	uint16_t used_idx;       /* next used entry (published by vring_flush) */
 	uint16_t signalled_used; /* used idx when we last decided about notifying */
 	bool signalled_valid;
-	uint16_t batch;          /* used entries written since the last flush */
-	uint16_t inuse;          /* chains taken and not yet used */
-	bool notify_off;         /* kicks suppressed */
-	uint64_t counter;        /* inflight order counter */
+	uint16_t batch;   /* used entries written since the last flush */
+	uint16_t inuse;   /* chains taken and not yet used */
+	bool notify_off;  /* kicks suppressed */
+	uint64_t counter; /* inflight order counter */
 };
 
 /* A walked chain: iov[0, nout) device-readable, iov[nout, nout+nin)
@@ -135,6 +144,15 @@ struct vring_chain {
 	uint64_t out_len, in_len;
 	struct iovec *iov;
 	unsigned max_iov;
+	int err; /* VRING_POP_BROKEN: how the driver broke the rules (-errno) */
+};
+
+/* What vring_pop() found. */
+enum vring_pop_result {
+	VRING_POP_EMPTY,  /* no chain is available */
+	VRING_POP_CHAIN,  /* the next chain is taken into *c */
+	VRING_POP_BROKEN, /* the driver broke the rules (c->err): the queue must
+			   * stop, the device needs reset */
 };
 
 /* Checks and initialises a ring before it starts: sizes, inflight region
@@ -142,9 +160,8 @@ struct vring_chain {
  * -EINVAL if the layout is unusable. */
 int vring_start(struct vring *vr);
 
-/* Take the next available chain: 1 taken, 0 none, -errno when the driver
- * broke the rules (the queue must stop: device needs reset). */
-int vring_pop(struct vring *vr, struct vring_chain *c);
+/* Take the next available chain. */
+enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c);
 /* Walk the chain starting at `head` (pop and inflight resubmission). */
 int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c);
 /* Put a finished chain on the used ring (not yet visible to the driver). */

@@ -39,7 +39,7 @@
 #endif
 
 #define CO_STACK_SIZE (256 * 1024)
-#define CO_POOL_MAX   64
+#define CO_POOL_MAX 64
 
 struct coroutine {
 	jmp_buf env; /* where it resumes; meaningful only while it is switched out */
@@ -272,9 +272,9 @@ void coroutine_enter(struct coroutine *co)
 	struct co_thread *t = &co_tls;
 	struct coroutine *self = co_current(t);
 
-	assert(co->home == t);		   /* created on another thread */
+	assert(co->home == t);             /* created on another thread */
 	assert(!co->caller && co != self); /* already running */
-	assert(!co->done && co->fn);	   /* finished (recycled) */
+	assert(!co->done && co->fn);       /* finished (recycled) */
 	co->caller = self;
 	co_switch(t, self, co);
 	/* Only co switches back to us: it yielded or it finished. */

@@ -16,6 +16,7 @@
 
 #include "loop/coroutine.h"
 #include "loop/iothread.h"
+#include "util/compiler.h"
 #include "util/log.h"
 
 struct iothread {
@@ -39,8 +40,6 @@ struct iothread_sync {
 	pthread_cond_t cond;
 	bool done; /* (lock) */
 };
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 static void sem_wait_intr(sem_t *s)
 {

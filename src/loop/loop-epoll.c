@@ -31,8 +31,8 @@ int loop_epoll_init(struct loop *loop)
 		return -errno;
 	if (loop_ring_setup(loop, 0, false) < 0)
 		return 0; /* no io_uring here: the io_uring engine will refuse */
-	loop->ring_h = (struct loop_fd){.fd = loop->ring.ring_fd, .events = EPOLLIN,
-					.cb = ring_fd_cb};
+	loop->ring_h =
+		(struct loop_fd){.fd = loop->ring.ring_fd, .events = EPOLLIN, .cb = ring_fd_cb};
 	ret = loop_fd_add(loop, &loop->ring_h);
 	if (ret < 0) {
 		io_uring_queue_exit(&loop->ring);

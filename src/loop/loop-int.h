@@ -12,10 +12,13 @@
 
 /* io_uring user_data / epoll data: a tagged value. Tag in the low 2 bits:
  * TAG_OP = pointer to struct loop_uring_op (8-byte aligned), TAG_FD = fd slot
- * (index << 32 | generation << 2), TAG_IGNORE = internal (poll removal). */
+ * (index << 32 | generation << 2), TAG_IGNORE = internal (poll removal),
+ * TAG_PEER = pointer to a struct loop_uring_op that waits on a peer
+ * (loop_uring_peer_sqe: not counted in ops_inflight). */
 #define TAG_OP 0u
 #define TAG_FD 1u
 #define TAG_IGNORE 2u
+#define TAG_PEER 3u
 #define TAG_MASK 3u
 
 struct fd_slot {

@@ -40,8 +40,7 @@ int loop_ring_setup(struct loop *loop, unsigned entries, bool owner_waits)
 		memset(&p, 0, sizeof(p));
 		p.flags = IORING_SETUP_CQSIZE | ring_flag_steps[i];
 		p.cq_entries = CQ_ENTRIES;
-		ret = io_uring_queue_init_params(entries ? entries : RING_ENTRIES, &loop->ring,
-						 &p);
+		ret = io_uring_queue_init_params(entries ? entries : RING_ENTRIES, &loop->ring, &p);
 		if (ret != -EINVAL || i + 1 == sizeof(ring_flag_steps) / sizeof(ring_flag_steps[0]))
 			break;
 	}

@@ -34,14 +34,38 @@ uint64_t loop_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-struct loop *loop_current(void) { return current_loop; }
-void loop_bind_current(struct loop *loop) { current_loop = loop; }
-enum loop_backend loop_backend(const struct loop *loop) { return loop->backend; }
-unsigned loop_index(const struct loop *loop) { return loop->index; }
-void *loop_tp_state(struct loop *loop) { return loop->tp_state; }
-void loop_set_tp_state(struct loop *loop, void *state) { loop->tp_state = state; }
-bool loop_stopping(const struct loop *loop) { return atomic_load(&loop->stop); }
-struct io_uring *loop_uring(struct loop *loop) { return loop->have_ring ? &loop->ring : NULL; }
+struct loop *loop_current(void)
+{
+	return current_loop;
+}
+void loop_bind_current(struct loop *loop)
+{
+	current_loop = loop;
+}
+enum loop_backend loop_backend(const struct loop *loop)
+{
+	return loop->backend;
+}
+unsigned loop_index(const struct loop *loop)
+{
+	return loop->index;
+}
+void *loop_tp_state(struct loop *loop)
+{
+	return loop->tp_state;
+}
+void loop_set_tp_state(struct loop *loop, void *state)
+{
+	loop->tp_state = state;
+}
+bool loop_stopping(const struct loop *loop)
+{
+	return atomic_load(&loop->stop);
+}
+struct io_uring *loop_uring(struct loop *loop)
+{
+	return loop->have_ring ? &loop->ring : NULL;
+}
 
 const char *loop_backend_name(const struct loop *loop)
 {
@@ -383,8 +407,8 @@ void loop_send(struct loop *target, struct loop_msg *m)
 
 	do {
 		m->next = old;
-	} while (!atomic_compare_exchange_weak_explicit(&target->msg_head, &old, m,
-						      memory_order_release, memory_order_relaxed));
+	} while (!atomic_compare_exchange_weak_explicit(
+		&target->msg_head, &old, m, memory_order_release, memory_order_relaxed));
 	if (current_loop != target)
 		wake(target);
 }
@@ -556,7 +580,8 @@ void loop_dispatch_fd(struct loop *loop, uint64_t tag, uint32_t revents)
 
 /* ---- io_uring for I/O engines ------------------------------------------- */
 
-struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
+/* An SQE, submitting what is queued to make room if the queue is full. */
+static struct io_uring_sqe *ring_get_sqe(struct loop *loop)
 {
 	struct io_uring_sqe *sqe;
 
@@ -566,11 +591,45 @@ struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
 	if (!sqe) {
 		loop_ring_submit(loop);
 		sqe = io_uring_get_sqe(&loop->ring);
-		if (!sqe)
-			return NULL;
 	}
-	loop->ops_inflight++;
 	return sqe;
+}
+
+struct io_uring_sqe *loop_uring_sqe(struct loop *loop)
+{
+	struct io_uring_sqe *sqe = ring_get_sqe(loop);
+
+	if (sqe)
+		loop->ops_inflight++;
+	return sqe;
+}
+
+bool loop_uring_waits(const struct loop *loop)
+{
+	return loop->backend == LOOP_BACKEND_URING && loop->have_ring && loop->ring_defer;
+}
+
+struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op *op)
+{
+	struct io_uring_sqe *sqe = ring_get_sqe(loop);
+
+	if (sqe)
+		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)op | TAG_PEER);
+	return sqe;
+}
+
+int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op, struct loop_uring_op *done)
+{
+	struct io_uring_sqe *sqe = done ? loop_uring_sqe(loop) : ring_get_sqe(loop);
+
+	if (!sqe)
+		return loop->have_ring ? -EBUSY : -ENOSYS;
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)op | TAG_PEER, 0);
+	if (done)
+		io_uring_sqe_set_data(sqe, done);
+	else
+		io_uring_sqe_set_data64(sqe, TAG_IGNORE);
+	return 0;
 }
 
 void loop_uring_submit(struct loop *loop)
@@ -595,7 +654,8 @@ bool loop_reap_cqes(struct loop *loop)
 
 	if (!loop->have_ring)
 		return false;
-	io_uring_for_each_cqe(&loop->ring, head, cqe) {
+	io_uring_for_each_cqe(&loop->ring, head, cqe)
+	{
 		uint64_t ud = cqe->user_data;
 		int res = cqe->res;
 		uint32_t flags = cqe->flags;
@@ -610,6 +670,13 @@ bool loop_reap_cqes(struct loop *loop)
 			struct loop_uring_op *op = (struct loop_uring_op *)(uintptr_t)ud;
 
 			loop->ops_inflight--;
+			op->cb(op, res, flags);
+			break;
+		}
+		case TAG_PEER: {
+			uintptr_t p = (uintptr_t)(ud & ~(uint64_t)TAG_MASK);
+			struct loop_uring_op *op = (struct loop_uring_op *)p;
+
 			op->cb(op, res, flags);
 			break;
 		}
@@ -708,9 +775,20 @@ static bool polls_before_sleep(struct loop *loop)
 	return found;
 }
 
+/* Some poll handler expects work soon (loop_poll.idle). */
+static bool polls_expect_work(const struct loop *loop)
+{
+	const struct loop_poll *p;
+
+	for (p = loop->polls; p; p = p->next)
+		if (!p->idle)
+			return true;
+	return false;
+}
+
 static void wait_blocking(struct loop *loop)
 {
-	bool can_poll = loop->poll_max_ns > 0 && (loop->npolls || loop->ops_inflight);
+	bool can_poll = loop->poll_max_ns > 0 && (loop->ops_inflight || polls_expect_work(loop));
 	uint64_t start = 0;
 	int64_t timeout;
 
@@ -738,8 +816,8 @@ static void wait_blocking(struct loop *loop)
 	atomic_store(&loop->notify_me, 0);
 	if (can_poll) {
 		uint64_t now = loop_now_ns();
-		uint64_t hint = atomic_exchange_explicit(&loop->event_hint_ns, 0,
-							 memory_order_relaxed);
+		uint64_t hint =
+			atomic_exchange_explicit(&loop->event_hint_ns, 0, memory_order_relaxed);
 
 		/* An event reported to have arrived during this sleep marks its
 		 * end better than our own wake-up does. */

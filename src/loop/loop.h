@@ -74,6 +74,11 @@ struct loop_fd {
 struct loop_poll {
 	bool (*poll)(struct loop_poll *p);
 	bool (*sleep)(struct loop_poll *p);
+	/* Set by the owner (on the loop's thread) while it expects no work for
+	 * longer than polling lasts: a loop whose poll handlers are all idle,
+	 * with no I/O in flight on its ring, sleeps without busy-polling (the
+	 * handlers are still called while it polls for other reasons). */
+	bool idle;
 	struct loop_poll *next; /* private */
 	struct loop_poll **pprev;
 };
@@ -94,14 +99,14 @@ struct loop_uring_op {
 
 struct loop_stats {
 	uint64_t rounds;
-	uint64_t submits;        /* io_uring_enter calls made by the loop (submit and/or wait) */
-	uint64_t sleeps;         /* times the loop announced it may sleep */
-	uint64_t wakeups_sent;   /* eventfd writes made by senders to this loop */
-	uint64_t msgs;           /* messages run */
-	uint64_t poll_hits;      /* polling phases that found work */
+	uint64_t submits;      /* io_uring_enter calls made by the loop (submit and/or wait) */
+	uint64_t sleeps;       /* times the loop announced it may sleep */
+	uint64_t wakeups_sent; /* eventfd writes made by senders to this loop */
+	uint64_t msgs;         /* messages run */
+	uint64_t poll_hits;    /* polling phases that found work */
 	uint64_t poll_misses;
-	uint64_t poll_ns;        /* current adaptive poll time */
-	uint64_t poll_max_ns;    /* its limit (0: polling off) */
+	uint64_t poll_ns;     /* current adaptive poll time */
+	uint64_t poll_max_ns; /* its limit (0: polling off) */
 };
 
 int loop_new(const struct loop_opts *opts, struct loop **out);
@@ -114,7 +119,10 @@ void loop_bind_current(struct loop *loop);
 enum loop_backend loop_backend(const struct loop *loop);
 const char *loop_backend_name(const struct loop *loop);
 
-/* Run one dispatch round; block for events when `blocking`. */
+/* Run one dispatch round; block for events when `blocking`. A wait may end
+ * with nothing to do (a signal, or the kernel's task-work notification when
+ * an io_uring this thread used is torn down): wait for something in a loop,
+ * never with one round. */
 void loop_run_once(struct loop *loop, bool blocking);
 /* Run until loop_stop() is called (any thread). */
 void loop_run(struct loop *loop);
@@ -135,7 +143,10 @@ void loop_hint_event(struct loop *loop, uint64_t when_ns);
 
 void loop_timer_arm(struct loop *loop, struct loop_timer *t, uint64_t deadline_ns);
 void loop_timer_cancel(struct loop *loop, struct loop_timer *t);
-static inline bool loop_timer_armed(const struct loop_timer *t) { return t->heap_idx != 0; }
+static inline bool loop_timer_armed(const struct loop_timer *t)
+{
+	return t->heap_idx != 0;
+}
 
 int loop_fd_add(struct loop *loop, struct loop_fd *h);
 int loop_fd_modify(struct loop *loop, struct loop_fd *h, uint32_t events);
@@ -158,6 +169,24 @@ struct io_uring_sqe *loop_uring_sqe(struct loop *loop);
 /* Submit the queued SQEs now instead of at the end of the round, without
  * waiting (an engine's batch limit). */
 void loop_uring_submit(struct loop *loop);
+
+/* True when the loop waits in its own io_uring, set up with DEFER_TASKRUN
+ * (Linux 6.1 or later, and not IOPLANE_RING_PLAIN=1): then a socket receive
+ * queued with loop_uring_peer_sqe() goes to the kernel in the io_uring_enter
+ * that waits, its completion ends that wait with the bytes already
+ * received, and the kernel has IORING_RECVSEND_POLL_FIRST. */
+bool loop_uring_waits(const struct loop *loop);
+/* An SQE for an operation that waits on a peer (a socket receive, a write
+ * to an eventfd that a peer reads), completing to op: like a watched fd,
+ * and unlike loop_uring_sqe(), it does not make the loop busy-poll (what a
+ * peer does next takes, as a rule, longer than polling lasts). op->cb runs
+ * for each of its CQEs. Its user_data is set; do not change it. NULL when
+ * the submission queue cannot give one. */
+struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op *op);
+/* Cancel an operation queued with loop_uring_peer_sqe(): it completes
+ * (with -ECANCELED unless it finished meanwhile) after the loop's next
+ * submission; so does the cancel itself, to done (NULL: no callback). */
+int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op, struct loop_uring_op *done);
 
 uint64_t loop_now_ns(void); /* CLOCK_MONOTONIC */
 

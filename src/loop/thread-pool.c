@@ -19,13 +19,12 @@
 #include "loop/loop.h"
 #include "loop/thread-pool.h"
 #include "util/clock.h"
+#include "util/compiler.h"
 #include "util/log.h"
 
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-
 #define TP_MAX_WORKERS_DEFAULT 64
-#define TP_SPIN_NS_DEFAULT     20000
-#define TP_IDLE_EXIT_S	       10
+#define TP_SPIN_NS_DEFAULT 20000
+#define TP_IDLE_EXIT_S 10
 
 static inline void cpu_relax(void)
 {
@@ -57,7 +56,7 @@ struct tp_loop {
 	/* Loop thread only. */
 	alignas(64) struct loop *loop;
 	struct loop_poll poll;
-	bool poll_on;	   /* poll handler registered (while jobs are in flight) */
+	bool poll_on;      /* poll handler registered (while jobs are in flight) */
 	unsigned inflight; /* submitted, done() not yet run */
 };
 
@@ -67,12 +66,12 @@ static struct {
 	pthread_cond_t cond;
 	pthread_once_t once;
 	struct tp_work *head, **tail; /* (lock) the job queue */
-	unsigned queued;	      /* (lock) jobs in the queue */
-	unsigned workers;	      /* (lock) live worker threads */
-	unsigned sleeping;	      /* (lock) workers in cond_wait not yet signalled */
-	unsigned tokens;	      /* (lock) signals sent and not yet consumed */
-	unsigned max_workers;	      /* (lock) */
-	uint64_t submitted;	      /* (lock) */
+	unsigned queued;              /* (lock) jobs in the queue */
+	unsigned workers;             /* (lock) live worker threads */
+	unsigned sleeping;            /* (lock) workers in cond_wait not yet signalled */
+	unsigned tokens;              /* (lock) signals sent and not yet consumed */
+	unsigned max_workers;         /* (lock) */
+	uint64_t submitted;           /* (lock) */
 	uint64_t worker_wakeups;      /* (lock) */
 	/* Idle workers that will look at the queue again without being signalled
 	 * (spinning, signalled, just spawned, or finishing a job). Incremented

@@ -15,7 +15,7 @@
 struct loop;
 
 struct tp_work {
-	int (*fn)(struct tp_work *w);		  /* worker thread; returns 0/-errno */
+	int (*fn)(struct tp_work *w);             /* worker thread; returns 0/-errno */
 	void (*done)(struct tp_work *w, int ret); /* submitting loop's thread */
 	/* private */
 	struct tp_work *next;
@@ -39,7 +39,7 @@ void tp_loop_cleanup(struct loop *loop);
 struct tp_stats {
 	uint64_t submitted, completed;
 	uint64_t worker_wakeups; /* condvar signals to sleeping workers */
-	uint64_t loop_wakeups;	 /* kicks sent to loops (loop_send); a kick writes
+	uint64_t loop_wakeups;   /* kicks sent to loops (loop_send); a kick writes
 				  * the loop's eventfd only if the loop may be
 				  * sleeping: loop_stats.wakeups_sent counts those */
 	uint64_t reaped_polling; /* completions reaped by the loop's poll handler */

@@ -183,3 +183,11 @@ void log_msg(enum log_level l, const char *fmt, ...)
 out:
 	errno = saved_errno;
 }
+
+void log_errors_end(struct log_errors *e, const char *who)
+{
+	if (e->n > LOG_ERRORS_FIRST)
+		log_warn("%s: %llu I/O errors in all, the first %u logged", who,
+			 (unsigned long long)e->n, LOG_ERRORS_FIRST);
+	e->n = 0;
+}

@@ -2,6 +2,9 @@
 #ifndef IOPLANE_LOG_H
 #define IOPLANE_LOG_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 enum log_level { LOG_ERR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 void log_set_level(enum log_level l);
@@ -16,5 +19,25 @@ void log_msg(enum log_level l, const char *fmt, ...) __attribute__((format(print
 		if (log_get_level() >= LOG_DEBUG)                                                  \
 			log_msg(LOG_DEBUG, __VA_ARGS__);                                           \
 	} while (0)
+
+/* Errors of one source (an NBD connection, a virtqueue) that a client can
+ * cause over and over: the first LOG_ERRORS_FIRST are logged, the rest only
+ * counted, and log_errors_end() says how many there were in all. Owned by
+ * the source's thread. */
+#define LOG_ERRORS_FIRST 10
+
+struct log_errors {
+	uint64_t n; /* errors seen */
+};
+
+/* Count one error: true when it is to be logged. */
+static inline bool log_errors_take(struct log_errors *e)
+{
+	return e->n++ < LOG_ERRORS_FIRST;
+}
+
+/* The source ends: log the total if some errors were not logged, and
+ * start counting afresh. */
+void log_errors_end(struct log_errors *e, const char *who);
 
 #endif

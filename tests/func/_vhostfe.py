@@ -192,11 +192,11 @@ class Daemon:
     """`ioplane serve ARGS` in the background with its log in tmp; wait_socket(path) waits
     for a socket of it; stop() sends SIGTERM and wants exit 0 within WAIT_S * 3."""
 
-    def __init__(self, tmp, args, env=None):
+    def __init__(self, tmp, args, env=None, preexec=None):
         self.log_path = os.path.join(tmp, 'serve.log')
         self.log = open(self.log_path, 'w')
         self.proc = subprocess.Popen([IOPLANE, 'serve'] + args, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env)
+                                     stderr=subprocess.STDOUT, env=env, preexec_fn=preexec)
 
     def wait_socket(self, path):
         wait_socket(path, self.proc)

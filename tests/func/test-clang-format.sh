@@ -11,12 +11,6 @@
 pending=(
 	src/cmd/bench-vhost-conn.c src/cmd/bench-vhost.c src/cmd/bench-vhost.h src/cmd/bench.c
 	src/cmd/main.c src/cmd/pidfile.h src/cmd/serve-vhost.c src/cmd/serve.c
-	src/export/nbd-budget.c src/export/nbd-conn.c src/export/nbd-handshake.c
-	src/export/nbd-int.h src/export/nbd-proto.h src/export/nbd-server.c src/export/nbd-server.h
-	src/export/nbd-transmit.c src/export/vhost-user-blk.c src/export/vhost-user-blk.h
-	src/export/virtio-blk.c src/export/virtio-blk.h src/export/vring.c src/export/vring.h
-	src/loop/coroutine.c src/loop/loop-epoll.c src/loop/loop-uring.c src/loop/loop.c
-	src/loop/loop.h src/loop/thread-pool.c src/loop/thread-pool.h
 )
 
 cf=

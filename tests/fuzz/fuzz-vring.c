@@ -62,7 +62,8 @@ static void fz_done(struct vblk_req *r)
 static void fz_chain(struct vring *vr, struct vblk_dev *d, struct freq *q,
 		     const struct vring_chain *c)
 {
-	int i, ret;
+	enum vblk_submit_result ret;
+	int i;
 
 	memset(&q->r, 0, sizeof(q->r));
 	q->r.dev = d;
@@ -74,9 +75,9 @@ static void fz_chain(struct vring *vr, struct vblk_dev *d, struct freq *q,
 	q->r.done = fz_done;
 	q->done = false;
 	ret = vblk_req_submit(&q->r);
-	for (i = 0; ret == 0 && !q->done && i < 1000; i++)
+	for (i = 0; ret == VBLK_SUBMITTED && !q->done && i < 1000; i++)
 		loop_run_once(fz_loop, false);
-	if (ret >= 0)
+	if (ret != VBLK_BROKEN)
 		vring_push(vr, c->head, q->r.used_len);
 }
 
@@ -91,7 +92,7 @@ static void fz_run(struct vring *vr, struct vblk_dev *d)
 	for (i = 0; i < n; i++)
 		if (vring_walk(vr, heads[i], &c) == 0)
 			fz_chain(vr, d, &q, &c);
-	for (i = 0; i < MAX_CHAINS && vring_pop(vr, &c) == 1; i++) {
+	for (i = 0; i < MAX_CHAINS && vring_pop(vr, &c) == VRING_POP_CHAIN; i++) {
 		fz_chain(vr, d, &q, &c);
 		if (i % 4 == 3)
 			vring_flush(vr);

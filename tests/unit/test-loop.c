@@ -7,8 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -271,19 +274,51 @@ static void tick_cb(struct loop_timer *t)
 	((struct tick *)t)->fired++;
 }
 
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/* SIGALRM every 40 us, without SA_RESTART, so that waits end early with
+ * EINTR; (false) back to what was there. */
+static void interrupt_waits(bool on)
+{
+	static struct sigaction old;
+	struct sigaction sa = {.sa_handler = on_alarm};
+	struct itimerval it = {{0, 40}, {0, 40}};
+
+	if (on) {
+		assert_int_equal(sigaction(SIGALRM, &sa, &old), 0);
+	} else {
+		memset(&it, 0, sizeof(it));
+	}
+	assert_int_equal(setitimer(ITIMER_REAL, &it, NULL), 0);
+	if (!on)
+		assert_int_equal(sigaction(SIGALRM, &old, NULL), 0);
+}
+
+/* With polling off the poll handler is never called, and timers fire.
+ * Waits here are interrupted on purpose: a signal, or the task-work
+ * notification the kernel sends a thread when an io_uring it used is torn
+ * down (the previous test's loop's, late on a busy machine), ends a wait
+ * early, and the round then has nothing to do; so the test runs rounds until
+ * each timer fired, not one round per timer. */
 static void test_poll_off_never_polls(void **state)
 {
 	struct loop *loop = new_loop(0);
 	struct ptest pt = {.p.poll = poll_cb};
 	struct tick tk = {.t.cb = tick_cb};
-	int i;
+	int i, rounds;
 
 	(void)state;
 	loop_poll_add(loop, &pt.p);
+	interrupt_waits(true);
 	for (i = 0; i < 5; i++) {
 		loop_timer_arm(loop, &tk.t, loop_now_ns() + 100000);
-		loop_run_once(loop, true);
+		for (rounds = 0; loop_timer_armed(&tk.t) && rounds < 100000; rounds++)
+			loop_run_once(loop, true);
 	}
+	interrupt_waits(false);
 	assert_int_equal(tk.fired, 5);
 	assert_int_equal(pt.calls, 0);
 	loop_poll_del(loop, &pt.p);
@@ -319,6 +354,36 @@ static void test_poll_adapts(void **state)
 	}
 	loop_get_stats(loop, &st);
 	assert_true(st.poll_ns < grown);
+	loop_poll_del(loop, &pt.p);
+	loop_free(loop);
+}
+
+/* A loop whose only poll handler is idle sleeps without polling, however
+ * short its sleeps; once the handler expects work again it is polled. */
+static void test_poll_idle_handler(void **state)
+{
+	struct loop *loop = new_loop(1000000);
+	struct ptest pt = {.p.poll = poll_cb};
+	struct tick tk = {.t.cb = tick_cb};
+	struct loop_stats st;
+	int i, rounds;
+
+	(void)state;
+	loop_poll_add(loop, &pt.p);
+	for (pt.p.idle = true;; pt.p.idle = false) {
+		for (i = 0; i < 6; i++) {
+			loop_timer_arm(loop, &tk.t, loop_now_ns() + 200000); /* < max 1 ms */
+			for (rounds = 0; loop_timer_armed(&tk.t) && rounds < 100000; rounds++)
+				loop_run_once(loop, true);
+		}
+		loop_get_stats(loop, &st);
+		if (!pt.p.idle)
+			break;
+		assert_int_equal(pt.calls, 0);
+		assert_int_equal(st.poll_hits + st.poll_misses, 0);
+	}
+	assert_true(pt.calls > 0);
+	assert_true(st.poll_misses > 0);
 	loop_poll_del(loop, &pt.p);
 	loop_free(loop);
 }
@@ -585,6 +650,7 @@ int main(void)
 		cmocka_unit_test(test_flush_once_per_round),
 		cmocka_unit_test(test_poll_off_never_polls),
 		cmocka_unit_test(test_poll_adapts),
+		cmocka_unit_test(test_poll_idle_handler),
 		cmocka_unit_test(test_poll_handler_wakes),
 		cmocka_unit_test(test_default_opts_poll),
 		cmocka_unit_test(test_poll_sleep_hook),

@@ -88,9 +88,20 @@ static void offer(struct fx *f, uint16_t head)
 	f->vr.avail->idx = (uint16_t)(idx + 1);
 }
 
+/* vring_pop() as 1 (a chain taken), 0 (none) or the -errno of a broken one. */
 static int pop(struct fx *f)
 {
-	return vring_pop(&f->vr, &f->c);
+	switch (vring_pop(&f->vr, &f->c)) {
+	case VRING_POP_CHAIN:
+		return 1;
+	case VRING_POP_EMPTY:
+		return 0;
+	case VRING_POP_BROKEN:
+		assert_true(f->c.err < 0);
+		return f->c.err;
+	}
+	fail();
+	return 0;
 }
 
 /* ---- chain walking ------------------------------------------------------------------ */
@@ -463,7 +474,7 @@ static int blk_teardown(void **state)
 
 /* A request of header (16 bytes at buf), data (len at buf+512, writable
  * when `in`), status (buf+8191). */
-static int blk_req(struct blkfx *b, uint32_t type, uint64_t sector, uint32_t len, bool in)
+static enum vblk_submit_result blk_req(struct blkfx *b, uint32_t type, uint64_t sector, uint32_t len, bool in)
 {
 	struct virtio_blk_hdr h = {.type = type, .sector = sector};
 	unsigned n = 0;
@@ -502,12 +513,12 @@ static void test_blk_read_write(void **state)
 {
 	struct blkfx *b = *state;
 
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, 8, 4096, true), 0);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, 8, 4096, true), VBLK_SUBMITTED);
 	assert_int_equal(blk_run(b), VIRTIO_BLK_S_OK);
 	assert_int_equal(b->r.used_len, 4097);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 8, 512, false), 0);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 8, 512, false), VBLK_SUBMITTED);
 	assert_int_equal(blk_run(b), VIRTIO_BLK_S_OK);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_FLUSH, 0, 0, false), 0);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_FLUSH, 0, 0, false), VBLK_SUBMITTED);
 	assert_int_equal(blk_run(b), VIRTIO_BLK_S_OK);
 }
 
@@ -517,15 +528,15 @@ static void test_blk_bad_ranges(void **state)
 	uint64_t last = 1024 * 1024 / 512;
 
 	/* sector * 512 would overflow 64 bits */
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, UINT64_MAX / 512 + 1, 512, true), 1);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, UINT64_MAX / 512 + 1, 512, true), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, UINT64_MAX, 512, true), 1);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, UINT64_MAX, 512, true), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, last - 1, 1024, true), 1); /* past the end */
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, last - 1, 1024, true), VBLK_FINISHED); /* past the end */
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, last - 1, 512, true), 0); /* last sector */
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, last - 1, 512, true), VBLK_SUBMITTED); /* last sector */
 	assert_int_equal(blk_run(b), VIRTIO_BLK_S_OK);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 100, false), 1); /* not whole sectors */
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 100, false), VBLK_FINISHED); /* not whole sectors */
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
 	assert_int_equal(b->done, 0); /* synchronous answers do not call done() */
 }
@@ -535,23 +546,23 @@ static void test_blk_types(void **state)
 	struct blkfx *b = *state;
 	struct virtio_blk_discard_wz seg = {.sector = 0, .num_sectors = 8, .flags = 1};
 
-	assert_int_equal(blk_req(b, 99, 0, 0, false), 1);
+	assert_int_equal(blk_req(b, 99, 0, 0, false), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_UNSUPP);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_GET_ID, 0, 20, true), 1);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_GET_ID, 0, 20, true), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_OK);
 	assert_memory_equal(b->buf + 512, "ioplane-serial", 14);
 	assert_int_equal(b->r.used_len, 21);
 	/* DISCARD must refuse the unmap flag; WRITE_ZEROES takes it. */
 	memcpy(b->buf + 512, &seg, sizeof(seg));
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_DISCARD, 0, sizeof(seg), false), 1);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_DISCARD, 0, sizeof(seg), false), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_UNSUPP);
 	memcpy(b->buf + 512, &seg, sizeof(seg));
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_WRITE_ZEROES, 0, sizeof(seg), false), 0);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_WRITE_ZEROES, 0, sizeof(seg), false), VBLK_SUBMITTED);
 	assert_int_equal(blk_run(b), VIRTIO_BLK_S_OK);
 	seg.flags = 0;
 	seg.num_sectors = 0xffffffff; /* beyond max_discard_sectors */
 	memcpy(b->buf + 512, &seg, sizeof(seg));
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_DISCARD, 0, sizeof(seg), false), 1);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_DISCARD, 0, sizeof(seg), false), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
 }
 
@@ -561,14 +572,14 @@ static void test_blk_missing_header_status(void **state)
 
 	/* blk_req() submits once (unsupported type: answered at once); then the
 	 * same chain is spoiled and submitted again. */
-	assert_int_equal(blk_req(b, 99, 0, 0, false), 1);
+	assert_int_equal(blk_req(b, 99, 0, 0, false), VBLK_FINISHED);
 	b->r.out_len = 8; /* header cut short */
 	b->iov[0].iov_len = 8;
-	assert_int_equal(vblk_req_submit(&b->r), -EINVAL);
-	assert_int_equal(blk_req(b, 99, 0, 0, false), 1);
+	assert_int_equal(vblk_req_submit(&b->r), VBLK_BROKEN);
+	assert_int_equal(blk_req(b, 99, 0, 0, false), VBLK_FINISHED);
 	b->r.nin = 0; /* no writable status byte */
 	b->r.in_len = 0;
-	assert_int_equal(vblk_req_submit(&b->r), -EINVAL);
+	assert_int_equal(vblk_req_submit(&b->r), VBLK_BROKEN);
 }
 
 static void test_blk_read_only(void **state)
@@ -576,7 +587,7 @@ static void test_blk_read_only(void **state)
 	struct blkfx *b = *state;
 
 	b->dev.read_only = true;
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 512, false), 1);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 512, false), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
 	assert_true(vblk_dev_features(&b->dev) & (1ull << VIRTIO_BLK_F_RO));
 	assert_false(vblk_dev_features(&b->dev) & (1ull << VIRTIO_BLK_F_DISCARD));
@@ -601,7 +612,7 @@ static void test_blk_config(void **state)
 	assert_int_equal(vblk_dev_set_config(&b->dev, VBLK_CONFIG_WRITEBACK_OFF, &two, 1),
 			 -EINVAL);
 	/* writethrough: a write now carries FUA */
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 512, false), 0);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 512, false), VBLK_SUBMITTED);
 	assert_int_equal(b->r.breq.flags, BLK_F_FUA);
 	assert_int_equal(blk_run(b), VIRTIO_BLK_S_OK);
 }

@@ -1,0 +1,86 @@
+#!/bin/bash
+# System calls the daemon makes per NBD request (strace -c -f on every thread), with fio's
+# nbd engine reading 4 KiB from a null export over a unix socket:
+#   - depth 1 on a loop that waits in an io_uring with DEFER_TASKRUN: the request arrives
+#     as a receive completion of the io_uring_enter that waits, and the reply goes out with
+#     sendmsg, so two calls per request (asserted <= 2.3) and no recv calls at all;
+#   - the same on a kernel without those features (IOPLANE_RING_PLAIN=1) and under the
+#     epoll loop: a readiness event, recv and sendmsg (asserted <= 3.3, and > 2.5);
+#   - depth 64 on each: at most one call per request.
+# Counts, not times: the bounds hold on a slow machine too.
+. "$(dirname "$0")/nbd-lib.sh"
+
+nbd_need_ioplane
+nbd_need fio strace python3
+fio --enghelp 2>/dev/null | grep -qw nbd || skip "this fio has no nbd engine"
+
+sock=$NBD_TMP/nbd.sock
+# DEFER_TASKRUN (Linux 6.1) is what the daemon probes for; older kernels take the plain path.
+ring_kernel=0
+IFS=.- read -r kmaj kmin _ <<<"$(uname -r)"
+[ "$kmaj" -gt 6 ] || { [ "$kmaj" -eq 6 ] && [ "$kmin" -ge 1 ]; } && ring_kernel=1
+
+# calls_per_io DEPTH IOS: run fio under strace -c -f -p NBD_PID; prints "calls/IO recvs".
+calls_per_io() {
+	local depth=$1 ios=$2 st i out
+	strace -c -f -o "$NBD_TMP/strace.out" -p "$NBD_PID" 2>"$NBD_TMP/strace.err" &
+	st=$!
+	# Until every thread of the daemon is traced.
+	for ((i = 0; i < 200; i++)); do
+		grep -h '^TracerPid:' /proc/"$NBD_PID"/task/*/status 2>/dev/null |
+			awk '$2 == 0 { n++ } END { exit n > 0 }' && break
+		sleep 0.05
+	done
+	out=$(cd "$NBD_TMP" && timeout 300 fio --name=sc --ioengine=nbd \
+		--uri="$(nbd_uri e0 "$sock")" --rw=randread --bs=4k --size=256M \
+		--iodepth="$depth" --number_ios="$ios" --randrepeat=0 --output-format=json) ||
+		fail "fio: $out"
+	kill -INT "$st"
+	wait "$st" || true
+	python3 - "$NBD_TMP/strace.out" "$out" <<'EOF'
+import json, sys
+total = recv = 0
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 5 and f[-1] == "total":
+        total = int(f[3])
+    elif len(f) >= 5 and f[-1] in ("recvfrom", "recvmsg", "readv"):
+        recv += int(f[3])
+s = sys.argv[2]
+ios = json.loads(s[s.index("{"):])["jobs"][0]["read"]["total_ios"]
+print("%.3f %d" % (total / max(ios, 1), recv))
+EOF
+}
+
+# check MODE DEPTH MAX [MIN]: calls per I/O of the running daemon within bounds.
+check() {
+	local mode=$1 depth=$2 max=$3 min=${4:-0} r calls recvs
+	r=$(calls_per_io "$depth" $((depth == 1 ? 3000 : 30000)))
+	read -r calls recvs <<<"$r"
+	echo "$mode, depth $depth: $calls system calls per request, $recvs recv calls"
+	python3 -c "import sys; sys.exit(not ($min < $calls <= $max))" ||
+		fail "$mode, depth $depth: $calls system calls per request (want ($min, $max])"
+	if [ "$mode" = ring ] && [ "$depth" = 1 ] && [ "$recvs" -gt 20 ]; then
+		fail "ring, depth 1: $recvs recv system calls: the socket input is not in the ring"
+	fi
+}
+
+for mode in ring plain epoll; do
+	case $mode in
+	plain) export IOPLANE_RING_PLAIN=1 ;;
+	epoll) export IOPLANE_LOOP_BACKEND=epoll ;;
+	esac
+	nbd_serve --iothreads 1 --image e0,driver=null,size=256M --nbd unix="$sock",image=e0
+	unset IOPLANE_RING_PLAIN IOPLANE_LOOP_BACKEND
+	if [ $mode = ring ] && [ $ring_kernel = 0 ]; then
+		echo "kernel $(uname -r) has no DEFER_TASKRUN: the plain path twice"
+		check plain 1 3.3 2.5
+	elif [ $mode = ring ]; then
+		check ring 1 2.3
+	else
+		check $mode 1 3.3 2.5
+	fi
+	check $mode 64 1.0
+	nbd_stop
+done
+echo PASS
