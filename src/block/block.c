@@ -126,7 +126,7 @@ static int blk_check_other(struct blk_node *bs, struct blk_request *req, enum bl
 	*route = BLK_ROUTE_CORE;
 	switch (req->op) {
 	case BLK_OP_FLUSH:
-		*route = BLK_ROUTE_DRIVER;
+		*route = bs->no_flush ? BLK_ROUTE_CORE : BLK_ROUTE_DRIVER;
 		return 0;
 	case BLK_OP_BLOCK_STATUS:
 		if (req->len == 0 || req->offset >= bs->size)
@@ -249,6 +249,8 @@ static int blk_submit_slow(struct blk_node *bs, struct blk_request *req)
 	if ((req->flags & BLK_F_FUA) && !bs->has_fua)
 		req->core.flags |= BLK_CORE_FUA_EMUL;
 	switch (req->op) {
+	case BLK_OP_FLUSH: /* no-flush=on */
+		goto done;
 	case BLK_OP_BLOCK_STATUS:
 		req->status = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED;
 		req->status_len = req->len;

@@ -19,6 +19,7 @@ struct open_common {
 	bool discard_ignore;
 	bool force_share;
 	bool no_io;
+	bool no_flush;
 	uint64_t req_align; /* 0: none asked for */
 };
 
@@ -32,6 +33,10 @@ static int open_parse_common(struct kv_opts *opts, struct open_common *c, char *
 	}
 	if (kv_get_bool(opts, "force-share", &c->force_share)) {
 		snprintf(err, errlen, "force-share: expected on or off");
+		return -EINVAL;
+	}
+	if (kv_get_bool(opts, "no-flush", &c->no_flush)) {
+		snprintf(err, errlen, "no-flush: expected on or off");
 		return -EINVAL;
 	}
 	if (kv_get_bool(opts, "x-no-io", &c->no_io)) {
@@ -94,6 +99,7 @@ static struct blk_node *node_new(const struct blk_driver *drv, struct blk_node *
 	bs->mem_align = 1;
 	bs->read_only = c->read_only;
 	bs->discard_ignore = c->discard_ignore;
+	bs->no_flush = c->no_flush;
 	if (next)
 		blk_add_child(bs, BLK_ROLE_FILE, next); /* the first child: cannot fail */
 	bs->force_share = c->force_share;
@@ -117,18 +123,33 @@ static int open_locked(struct blk_node *bs, struct kv_opts *opts, char *err, siz
 	return ret;
 }
 
-/* Open one node on top of `next` (NULL for a protocol node). */
-static int open_node(const struct blk_driver *drv, struct blk_node *next, struct kv_opts *opts,
+static void unref_all(const struct blk_child *v, unsigned from, unsigned n);
+
+/* Open one node on top of `next` (NULL for a protocol node), with the
+ * children in extra (references the node takes over, also on failure)
+ * made its children before the driver's open(), which finds them with
+ * blk_child(). On failure `next` is still the caller's. */
+static int open_node(const struct blk_driver *drv, struct blk_node *next,
+		     const struct blk_child *extra, unsigned nextra, struct kv_opts *opts,
 		     const struct open_common *c, struct blk_node **out, char *err, size_t errlen)
 {
 	struct blk_node *bs = node_new(drv, next, c);
-	int ret;
+	unsigned i;
+	int ret = 0;
 
 	if (!bs) {
+		unref_all(extra, 0, nextra);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	ret = open_locked(bs, opts, err, errlen);
+	for (i = 0; i < nextra && !ret; i++)
+		ret = blk_add_child(bs, extra[i].role, extra[i].node);
+	if (ret) {
+		unref_all(extra, i - 1, nextra);
+		snprintf(err, errlen, "too many children");
+	} else {
+		ret = open_locked(bs, opts, err, errlen);
+	}
 	if (ret) {
 		blk_take_child(bs, BLK_ROLE_FILE); /* still the caller's to close */
 		blk_node_free(bs);
@@ -206,12 +227,12 @@ int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errl
 	if (!ret && format)
 		ret = open_find(format, true, &fdrv, err, errlen);
 	if (!ret)
-		ret = open_node(pdrv, NULL, opts, &c, &proto, err, errlen);
+		ret = open_node(pdrv, NULL, NULL, 0, opts, &c, &proto, err, errlen);
 	if (ret)
 		return ret;
 	top = proto;
 	if (fdrv) {
-		ret = open_node(fdrv, proto, opts, &c, &top, err, errlen);
+		ret = open_node(fdrv, proto, NULL, 0, opts, &c, &top, err, errlen);
 		if (ret)
 			goto fail;
 	}
@@ -223,6 +244,44 @@ int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errl
 fail:
 	blk_close(top); /* top is proto unless the format node opened */
 	return ret;
+}
+
+static void unref_all(const struct blk_child *v, unsigned from, unsigned n)
+{
+	for (unsigned i = from; i < n; i++)
+		blk_unref(v[i].node, NULL);
+}
+
+int blk_open_node(const char *driver, struct blk_node *file, const struct blk_child *extra,
+		  unsigned nextra, struct kv_opts *opts, struct blk_node **out, char *err,
+		  size_t errlen)
+{
+	const struct blk_driver *drv = NULL;
+	struct open_common c = {0};
+	struct blk_node *bs = NULL;
+	int ret;
+
+	blk_register_builtin_drivers();
+	ret = open_parse_common(opts, &c, err, errlen);
+	if (!ret)
+		ret = open_find(driver, file != NULL, &drv, err, errlen);
+	if (ret) {
+		unref_all(extra, 0, nextra);
+		blk_unref(file, NULL);
+		return ret;
+	}
+	ret = open_node(drv, file, extra, nextra, opts, &c, &bs, err, errlen);
+	if (ret) {
+		blk_unref(file, NULL);
+		return ret;
+	}
+	ret = open_finish(bs, opts, &c, err, errlen);
+	if (ret) {
+		blk_close(bs);
+		return ret;
+	}
+	*out = bs;
+	return 0;
 }
 
 /* Options of a TARGET: "null:KEY=VAL,..." or a file name. */
