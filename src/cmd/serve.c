@@ -26,6 +26,7 @@
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
 #include "cmd/serve-monitor.h"
+#include "control/qmp-block.h"
 #include "cmd/serve-vhost.h"
 #include "export/nbd-server.h"
 #include "loop/iothread.h"
@@ -825,6 +826,7 @@ static void serve_teardown(struct serve *sv, int *status)
 	serve_vhost_free(sv->vhost);
 	free_nbd(sv);
 	close_images(sv, status);
+	qmp_block_close_all(); /* the nodes of blockdev-add */
 	if (sv->sig_h.fd > 0) {
 		loop_fd_del(sv->main_loop, &sv->sig_h);
 		close(sv->sig_h.fd);
