@@ -70,17 +70,23 @@ static void blk_node_free(struct blk_node *bs)
 {
 	unsigned i;
 
+	blk_graph_unregister(bs); /* no walker from the registry's roots comes here */
 	/* Each child loses this parent (and closes if it was the last user);
 	 * also the children a driver registered before its open() failed. */
 	for (i = bs->nchildren; i-- > 0;) {
 		struct blk_node *c = bs->children[i].node;
+		bool stays = c->refcnt > 1;
+		char err[256];
 
 		c->nparents--;
 		blk_unref(c, NULL);
+		/* A child another user keeps needs no more what this parent
+		 * needed of it; dropping permissions cannot conflict. */
+		if (stays)
+			blk_perm_refresh(c, err, sizeof(err));
 	}
 	blk_stats_free(bs);
 	blk_track_free(bs);
-	blk_graph_unregister(bs);
 	free(bs->name);
 	free(bs);
 }

@@ -288,6 +288,33 @@ static void test_shared_child(void **state)
 	assert_int_equal(n_close, 4);
 }
 
+/* A node shared by two parents holds what both need, whichever parent
+ * changes its permissions last, and what the other no longer needs goes
+ * when one closes. */
+static void test_shared_child_perms(void **state)
+{
+	struct blk_node *a = test_open("driver=cnt,format=raw"), *file = a->next, *b = NULL;
+	const uint32_t rw = BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE;
+	struct kv_opts o = {0};
+	char err[256];
+
+	(void)state;
+	blk_ref(file, NULL);
+	assert_int_equal(blk_open_node("raw", file, NULL, 0, &o, &b, err, sizeof(err)), 0);
+	assert_int_equal(blk_set_perm(a, rw, BLK_PERM_ALL, err, sizeof(err)), 0);
+	assert_int_equal(file->perm & rw, rw);
+	assert_int_equal(blk_set_perm(b, BLK_PERM_CONSISTENT_READ, BLK_PERM_ALL & ~BLK_PERM_RESIZE,
+				      err, sizeof(err)),
+			 0);
+	assert_int_equal(file->perm & rw, rw);
+	assert_int_equal(file->shared & BLK_PERM_RESIZE, 0);
+	blk_close(a);
+	assert_int_equal(file->perm & BLK_PERM_WRITE, 0);
+	assert_int_equal(file->perm & BLK_PERM_CONSISTENT_READ, BLK_PERM_CONSISTENT_READ);
+	blk_close(b);
+	kv_free(&o);
+}
+
 static unsigned n_resized;
 
 static void on_resize(struct blk_node *bs, void *opaque)
@@ -331,6 +358,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_names, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_refs, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_shared_child, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_shared_child_perms, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_resize_notifier, setup, ram_test_teardown),
 	};
 
