@@ -162,6 +162,29 @@ static int kv_driver(struct kv_opts *kv, const json_t *o, const char *drv)
 
 /* ---- opening --------------------------------------------------------------- */
 
+/* Sandbox (the fuzz target): nodes that touch no file and never wait. */
+static bool sandbox;
+
+void qmp_block_sandbox(void)
+{
+	sandbox = true;
+}
+
+static int bd_sandbox_check(const json_t *o, const char *drv, char *err, size_t errlen)
+{
+	if (!sandbox)
+		return 0;
+	if (strcmp(drv, "null-co") && strcmp(drv, "null") && strcmp(drv, "raw")) {
+		snprintf(err, errlen, "Parameter 'driver' does not accept value '%s'", drv);
+		return -EPERM;
+	}
+	if (qapi_has(o, "latency-ns")) {
+		snprintf(err, errlen, "Parameter 'latency-ns' is unexpected");
+		return -EPERM;
+	}
+	return 0;
+}
+
 static int bd_open(json_t *o, const json_t *parent, struct blk_node **out, char *err,
 		   size_t errlen);
 
@@ -287,8 +310,10 @@ static int bd_open(json_t *given, const json_t *parent, struct blk_node **out, c
 	const char *drv = qapi_get_str(o, "driver"), *name = qapi_get_str(o, "node-name");
 	struct bd_children ch = {0};
 	struct kv_opts kv = {0};
-	int ret = name ? blk_node_name_check(name, err, errlen) : 0;
+	int ret = bd_sandbox_check(o, drv, err, errlen);
 
+	if (!ret && name)
+		ret = blk_node_name_check(name, err, errlen);
 	if (!ret && strcmp(qapi_get_str(o, "detect-zeroes") ?: "off", "off")) {
 		snprintf(err, errlen, "detect-zeroes=%s is not supported",
 			 qapi_get_str(o, "detect-zeroes"));

@@ -24,6 +24,10 @@ int qmp_block_register(void);
  * 0, or -errno and QEMU's message. --blockdev uses it too. */
 int qmp_blockdev_add(json_t *opts, char *err, size_t errlen);
 
+/* From now on only nodes that touch no file and never wait (null-co, raw;
+ * no latency-ns): for the fuzz target. */
+void qmp_block_sandbox(void);
+
 /* At exit, after the exports: flush and close every node the monitor
  * owns (newest first). */
 void qmp_block_close_all(void);
