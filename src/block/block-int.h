@@ -46,6 +46,8 @@ void blk_node_destroy(struct blk_node *bs);
  * one reference (its opener's); a freed one leaves it. */
 int blk_graph_register(struct blk_node *bs);
 void blk_graph_unregister(struct blk_node *bs);
+/* The control loop of blk_ctl_enter() (NULL: none made yet). */
+struct loop *blk_ctl_loop(void);
 
 /* drain.c: blk_submit() found the node drained: hold the request until
  * the drain ends (0), or submit it if the drain ended meanwhile. */

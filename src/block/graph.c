@@ -426,6 +426,11 @@ int blk_ctl_enter(struct loop **prev)
 	return 0;
 }
 
+struct loop *blk_ctl_loop(void)
+{
+	return ctl_loop;
+}
+
 void blk_ctl_leave(struct loop *prev)
 {
 	loop_bind_current(prev);
