@@ -79,6 +79,7 @@ struct blk_req_core {
 	int ret;        /* result kept for a deferred completion */
 	uint16_t flags; /* BLK_CORE_* (block-int.h); 0 on the fast path */
 	uint8_t saved_op;
+	uint8_t saved_flags; /* with saved_op: the submitter's flags */
 	union {
 		struct loop_defer defer; /* deferred completion */
 		struct loop_msg wake;    /* resume after waiting for an overlapping request */
@@ -138,6 +139,10 @@ struct blk_stats {
 	uint64_t in_flight;
 };
 
+#define BLK_DETECT_ZEROES_OFF 0
+#define BLK_DETECT_ZEROES_ON 1
+#define BLK_DETECT_ZEROES_UNMAP 2
+
 /* Child roles (static strings; compare with strcmp). */
 #define BLK_ROLE_FILE "file"           /* the node a format driver forwards to */
 #define BLK_ROLE_BACKING "backing"     /* qcow2: unallocated clusters read from here */
@@ -176,6 +181,10 @@ struct blk_node {
 	bool read_only;
 	bool discard_ignore; /* discard=ignore: succeed without doing anything */
 	bool no_flush;       /* no-flush=on (cache.no-flush): flushes succeed at once */
+	/* detect-zeroes=on|unmap: a write of zeroes becomes a write-zeroes
+	 * (unmap: that may deallocate, with discard=unmap). */
+	uint8_t detect_zeroes; /* BLK_DETECT_ZEROES_* */
+	bool write_slow;       /* read_only || detect_zeroes: writes leave the fast path */
 	/* Capabilities, cached by blk_open() from the driver's probes. */
 	bool has_fua, has_discard, has_write_zeroes, has_block_status;
 	/* Permissions (perm.c), main thread only. user_perm/user_shared: what
@@ -222,7 +231,8 @@ void blk_register_builtin_drivers(void);
  *   driver=null,size=SIZE[,read-zeroes=on][,latency-ns=NS][,mode=timer|threads]
  *   format=raw|...: a format node on top of the protocol node ([,offset=..,size=..])
  *     raw: x-probed=on when the tool guessed the format (see raw.c)
- *   read-only=on, discard=unmap|ignore, no-flush=on, request-alignment=N (testing),
+ *   read-only=on, discard=unmap|ignore, no-flush=on, detect-zeroes=off|on|unmap,
+ *   request-alignment=N (testing),
  *   force-share=on (read-only only: share every permission, take no lock that
  *   keeps others out), x-no-io=on (qemu-img info's open: no consistent read
  *   on metadata), file: locking=on|off|auto

@@ -20,13 +20,34 @@ struct open_common {
 	bool force_share;
 	bool no_io;
 	bool no_flush;
+	uint8_t detect_zeroes;
 	uint64_t req_align; /* 0: none asked for */
 };
+
+static int open_parse_detect_zeroes(struct kv_opts *opts, struct open_common *c, char *err,
+				    size_t errlen)
+{
+	const char *dz = kv_get(opts, "detect-zeroes");
+
+	if (!dz || !strcmp(dz, "off"))
+		c->detect_zeroes = BLK_DETECT_ZEROES_OFF;
+	else if (!strcmp(dz, "on"))
+		c->detect_zeroes = BLK_DETECT_ZEROES_ON;
+	else if (!strcmp(dz, "unmap"))
+		c->detect_zeroes = BLK_DETECT_ZEROES_UNMAP;
+	else {
+		snprintf(err, errlen, "detect-zeroes: expected off, on or unmap, not '%s'", dz);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 static int open_parse_common(struct kv_opts *opts, struct open_common *c, char *err, size_t errlen)
 {
 	const char *discard = kv_get(opts, "discard");
 
+	if (open_parse_detect_zeroes(opts, c, err, errlen))
+		return -EINVAL;
 	if (kv_get_bool(opts, "read-only", &c->read_only)) {
 		snprintf(err, errlen, "read-only: expected on or off");
 		return -EINVAL;
@@ -167,6 +188,7 @@ static int open_node(const struct blk_driver *drv, struct blk_node *next,
 	bs->has_discard = open_probe(drv->can_discard, bs);
 	bs->has_write_zeroes = open_probe(drv->can_write_zeroes, bs);
 	bs->has_block_status = open_probe(drv->can_block_status, bs);
+	bs->write_slow = bs->read_only;
 	*out = bs;
 	return 0;
 }
@@ -200,6 +222,9 @@ static int open_finish(struct blk_node *top, struct kv_opts *opts, const struct 
 		snprintf(err, errlen, "unknown option '%s'", unused);
 		return -EINVAL;
 	}
+	/* On the node asked for: what its users write. */
+	top->detect_zeroes = c->detect_zeroes;
+	top->write_slow |= c->detect_zeroes != BLK_DETECT_ZEROES_OFF;
 	if (c->req_align > top->align)
 		top->align = (uint32_t)c->req_align;
 	if (blk_walk(top, open_track_init, NULL)) {

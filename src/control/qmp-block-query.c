@@ -105,6 +105,13 @@ static json_t *image_info(struct blk_node *bs, int flat)
 	return img;
 }
 
+static const char *detect_zeroes_name(const struct blk_node *bs)
+{
+	static const char *const names[] = {"off", "on", "unmap"};
+
+	return bs->detect_zeroes < 3 ? names[bs->detect_zeroes] : "off";
+}
+
 static unsigned backing_depth(struct blk_node *bs)
 {
 	unsigned n = 0;
@@ -121,9 +128,9 @@ json_t *qmp_block_node_info(struct blk_node *bs, int flat)
 		"{s:s,s:s,s:b,s:s,s:i,s:b,s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:{s:b,s:b,s:b}}", "file",
 		node_filename(bs), "node-name", blk_node_name(bs), "ro", bs->read_only, "drv",
 		qemu_driver(bs), "backing_file_depth", (int)backing_depth(bs), "encrypted", 0,
-		"detect_zeroes", "off", "bps", 0, "bps_rd", 0, "bps_wr", 0, "iops", 0, "iops_rd", 0,
-		"iops_wr", 0, "write_threshold", 0, "cache", "writeback", 1, "direct",
-		blk_file_direct(leaf(bs)), "no-flush", bs->no_flush);
+		"detect_zeroes", detect_zeroes_name(bs), "bps", 0, "bps_rd", 0, "bps_wr", 0, "iops",
+		0, "iops_rd", 0, "iops_wr", 0, "write_threshold", 0, "cache", "writeback", 1,
+		"direct", blk_file_direct(leaf(bs)), "no-flush", bs->no_flush);
 
 	if (!o)
 		return NULL;

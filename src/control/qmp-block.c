@@ -121,6 +121,8 @@ static int kv_common(struct kv_opts *kv, const json_t *o)
 		ret = kv_bool(kv, o, "force-share", "force-share");
 	if (!ret)
 		ret = kv_str(kv, o, "discard", "discard");
+	if (!ret)
+		ret = kv_str(kv, o, "detect-zeroes", "detect-zeroes");
 	if (!ret && cache)
 		ret = kv_bool(kv, cache, "no-flush", "no-flush");
 	return ret;
@@ -314,11 +316,6 @@ static int bd_open(json_t *given, const json_t *parent, struct blk_node **out, c
 
 	if (!ret && name)
 		ret = blk_node_name_check(name, err, errlen);
-	if (!ret && strcmp(qapi_get_str(o, "detect-zeroes") ?: "off", "off")) {
-		snprintf(err, errlen, "detect-zeroes=%s is not supported",
-			 qapi_get_str(o, "detect-zeroes"));
-		ret = -ENOTSUP;
-	}
 	if (!ret && (kv_common(&kv, o) || kv_driver(&kv, o, drv))) {
 		snprintf(err, errlen, "out of memory");
 		ret = -ENOMEM;

@@ -49,7 +49,7 @@ def names(c):
 def script(tmp):
     """(command, arguments, how the replies are compared): 'exact' (the same reply),
     'shape' (keys and types), 'prefix:TEXT' (an error starting with TEXT on both)."""
-    a, b, c = (os.path.join(tmp, n) for n in ('a.raw', 'b.raw', 'c.qcow2'))
+    a, b, c, d = (os.path.join(tmp, n) for n in ('a.raw', 'b.raw', 'c.qcow2', 'd.raw'))
     file_a = {'driver': 'file', 'filename': a}
     return [
         ('blockdev-add', dict(file_a, **{'node-name': 'f0'}), 'exact'),
@@ -80,6 +80,11 @@ def script(tmp):
         ('blockdev-add', {'driver': 'null-co', 'node-name': 'n0', 'size': MiB,
                           'read-only': True, 'cache': {'direct': False, 'no-flush': True}},
          'exact'),
+        ('blockdev-add', {'driver': 'raw', 'node-name': 'dz', 'detect-zeroes': 'unmap',
+                          'discard': 'unmap', 'file': {'driver': 'file', 'filename': d,
+                                                       'node-name': 'dzf'}}, 'exact'),
+        ('blockdev-add', {'driver': 'raw', 'node-name': 'x', 'detect-zeroes': 'maybe',
+                          'file': 'dzf'}, 'exact'),
         ('query-named-block-nodes', {'flat': True}, 'shape'),
         ('query-named-block-nodes', None, 'shape'),
         ('block_resize', {'node-name': 'q1', 'size': 2 * MiB}, 'exact'),
@@ -101,10 +106,17 @@ def sizes(c):
             if not n['node-name'].startswith('#')}
 
 
+def options(c):
+    """What each named node says of the options it was given (or inherited)."""
+    return {n['node-name']: (n['ro'], n['detect_zeroes'], n['cache'], n['drv'])
+            for n in c.cmd('query-named-block-nodes')['return']
+            if not n['node-name'].startswith('#')}
+
+
 def run(kind, top):
     tmp = os.path.join(top, kind)
     os.mkdir(tmp)
-    for n in ('a.raw', 'b.raw'):
+    for n in ('a.raw', 'b.raw', 'd.raw'):
         with open(os.path.join(tmp, n), 'wb') as f:
             f.truncate(MiB)
     subprocess.run(['qemu-img', 'create', '-q', '-f', 'qcow2', os.path.join(tmp, 'c.qcow2'),
@@ -122,9 +134,9 @@ def run(kind, top):
                 _qmp.fail('%s: %s %r failed but changed the nodes: %r -> %r'
                           % (kind, cmd, args, before, names(c)))
             seen.append(names(c))
-        effect = {'sizes': sizes(c), 'names': names(c),
+        effect = {'sizes': sizes(c), 'names': names(c), 'options': options(c),
                   'a.raw': os.stat(os.path.join(tmp, 'a.raw')).st_size}
-        for n in ('r0', 'f0', 'r1', 'q1', 'n0'):
+        for n in ('r0', 'f0', 'r1', 'q1', 'n0', 'dz'):
             r = c.cmd('blockdev-del', {'node-name': n})
             if r != {'return': {}}:
                 _qmp.fail('%s: blockdev-del %s: %r' % (kind, n, r))
