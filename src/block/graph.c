@@ -342,6 +342,7 @@ static void resize_notify(struct blk_node *bs)
 
 int blk_resize(struct blk_node *bs, uint64_t size, char *err, size_t errlen)
 {
+	uint32_t perm = bs->user_perm, shared = bs->user_shared;
 	int ret;
 
 	if (bs->read_only) {
@@ -352,14 +353,25 @@ int blk_resize(struct blk_node *bs, uint64_t size, char *err, size_t errlen)
 		snprintf(err, errlen, "Image format driver does not support resize");
 		return -ENOTSUP;
 	}
+	/* A user that resizes, as QEMU's block_resize is: nobody who does not
+	 * share resize (a raw window, another process) may be there. */
+	ret = blk_set_perm(bs, perm | BLK_PERM_RESIZE, shared, err, errlen);
+	if (ret)
+		return ret;
 	ret = blk_drain_begin(bs);
 	if (ret) {
+		blk_set_perm(bs, perm, shared, err, errlen);
 		snprintf(err, errlen, "Could not drain node '%s': %s", blk_node_name(bs),
 			 strerror(-ret));
 		return ret;
 	}
 	ret = blk_truncate(bs, size);
 	blk_drain_end(bs);
+	blk_set_perm(bs, perm, shared, NULL, 0); /* dropping one cannot fail */
+	if (ret == -ENOTSUP && !strcmp(bs->drv->name, "raw")) {
+		snprintf(err, errlen, "Cannot resize fixed-size raw disks"); /* QEMU's */
+		return ret;
+	}
 	if (ret) {
 		snprintf(err, errlen, "Could not resize: %s", strerror(-ret));
 		return ret;

@@ -127,6 +127,10 @@ static int perm_collect(struct blk_node *bs, uint32_t perm, uint32_t shared, str
 
 	if (depth > PERM_MAX_NODES)
 		return -ELOOP;
+	/* Users of this very node (an export on a child, block_resize) add to
+	 * what its parents need. */
+	perm |= bs->user_perm;
+	shared &= bs->user_shared;
 	if (bs->force_share)
 		shared = BLK_PERM_ALL;
 	if (it) {

@@ -95,6 +95,17 @@ def script(tmp):
         ('block_resize', {'node-name': 'r0', 'size': 4 * MiB}, 'exact'),
         ('block_resize', {'node-name': 'n0', 'size': 4 * MiB}, 'exact'),
         ('block_resize', {'node-name': 'q1'}, 'exact'),
+        ('blockdev-add', {'driver': 'raw', 'node-name': 'w0', 'offset': 512,
+                          'file': {'driver': 'file', 'filename': b}}, 'exact'),
+        ('block_resize', {'node-name': 'w0', 'size': MiB}, 'exact'),
+        ('blockdev-add', {'driver': 'raw', 'node-name': 'w1', 'offset': 512, 'size': 512,
+                          'file': {'driver': 'file', 'filename': b}}, 'exact'),
+        # w0's window shares no resize of b.raw with w1's file node
+        ('block_resize', {'node-name': 'w1', 'size': MiB}, 'prefix:Failed to get "resize" lock'),
+        ('blockdev-add', {'driver': 'raw', 'node-name': 'x', 'offset': 8 * MiB,
+                          'file': 'f0'}, 'exact'),
+        ('blockdev-add', {'driver': 'raw', 'node-name': 'x', 'offset': 512, 'size': 4 * MiB,
+                          'file': 'f0'}, 'exact'),
         ('query-blockstats', None, 'exact'),
         ('query-blockstats', {'query-nodes': True}, 'shape'),
     ]
@@ -135,8 +146,9 @@ def run(kind, top):
                           % (kind, cmd, args, before, names(c)))
             seen.append(names(c))
         effect = {'sizes': sizes(c), 'names': names(c), 'options': options(c),
-                  'a.raw': os.stat(os.path.join(tmp, 'a.raw')).st_size}
-        for n in ('r0', 'f0', 'r1', 'q1', 'n0', 'dz'):
+                  'a.raw': os.stat(os.path.join(tmp, 'a.raw')).st_size,
+                  'b.raw': os.stat(os.path.join(tmp, 'b.raw')).st_size}
+        for n in ('r0', 'f0', 'r1', 'q1', 'n0', 'dz', 'w0', 'w1'):
             r = c.cmd('blockdev-del', {'node-name': n})
             if r != {'return': {}}:
                 _qmp.fail('%s: blockdev-del %s: %r' % (kind, n, r))
