@@ -41,6 +41,12 @@ struct blk_node *blk_graph_next(struct blk_node *prev)
 	return prev ? prev->graph_next : graph_head;
 }
 
+void blk_graph_detach_loop(struct loop *loop)
+{
+	for (struct blk_node *bs = graph_head; bs; bs = bs->graph_next)
+		blk_detach_node(bs, loop);
+}
+
 struct blk_node *blk_graph_find(const char *node_name)
 {
 	struct blk_node *bs;

@@ -33,6 +33,9 @@ int blk_node_set_name(struct blk_node *bs, const char *name, char *err, size_t e
 int blk_node_name_check(const char *name, char *err, size_t errlen);
 /* Iterate over every node, in creation order: first with NULL. */
 struct blk_node *blk_graph_next(struct blk_node *prev);
+/* blk_detach_loop() for every node, on the loop that is going away, while
+ * the main thread waits for it (iothread_run_sync). */
+void blk_graph_detach_loop(struct loop *loop);
 
 /* Monitor-owned nodes (blockdev-add): the registry holds the reference
  * that the opener had. blk_graph_release() hands it back (blockdev-del then

@@ -430,13 +430,18 @@ int blk_walk(struct blk_node *bs, int (*fn)(struct blk_node *bs, void *opaque), 
 
 static int detach_one(struct blk_node *bs, void *loop)
 {
+	blk_detach_node(bs, loop);
+	return 0;
+}
+
+void blk_detach_node(struct blk_node *bs, struct loop *loop)
+{
 	struct loop *l = loop;
 
 	/* A drain no longer asks this loop about the node. */
 	atomic_compare_exchange_strong(&bs->loops[loop_index(l)], &l, NULL);
 	if (bs->drv->detach_loop)
 		bs->drv->detach_loop(bs, loop);
-	return 0;
 }
 
 void blk_detach_loop(struct blk_node *bs, struct loop *loop)

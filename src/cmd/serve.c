@@ -25,6 +25,7 @@
 #include "block/block.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
+#include "block/graph.h"
 #include "cmd/serve-monitor.h"
 #include "control/qmp-block.h"
 #include "cmd/serve-vhost.h"
@@ -676,12 +677,8 @@ static int start_iothreads(struct serve *sv)
  * every node of each image's graph (backing and data-file nodes too). */
 static void detach_images(void *arg)
 {
-	struct serve *sv = arg;
-	unsigned i;
-
-	for (i = 0; i < sv->nimages; i++)
-		if (sv->images[i].bs)
-			blk_detach_loop(sv->images[i].bs, loop_current());
+	(void)arg;
+	blk_graph_detach_loop(loop_current()); /* every node: --image's and blockdev-add's */
 }
 
 static void stop_iothreads(struct serve *sv)

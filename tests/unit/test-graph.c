@@ -271,6 +271,18 @@ static void test_refs(void **state)
 	assert_null(blk_graph_next(NULL));
 }
 
+/* An iothread going away: every node of the registry lets go of it, those
+ * of separate stacks and a child reached from two parents alike. */
+static void test_graph_detach_loop(void **state)
+{
+	struct blk_node *a = test_open("driver=cnt,format=fan"), *b = test_open("driver=cnt");
+
+	blk_graph_detach_loop(*state);
+	assert_int_equal(n_detach, 4);
+	blk_close(a);
+	blk_close(b);
+}
+
 /* A child shared by reference: two parents; it closes with the last. */
 static void test_shared_child(void **state)
 {
@@ -358,6 +370,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_names, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_refs, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_shared_child, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_graph_detach_loop, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_shared_child_perms, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_resize_notifier, setup, ram_test_teardown),
 	};
