@@ -66,10 +66,10 @@ struct blk_driver {
 
 /* Built-in drivers (one file or folder each), registered by
  * blk_register_builtin_drivers(). */
-extern const struct blk_driver blk_drv_null;  /* null.c */
-extern const struct blk_driver blk_drv_raw;   /* raw.c */
-extern const struct blk_driver blk_drv_file;  /* file.c and its engines */
-extern const struct blk_driver blk_drv_qcow2; /* qcow2/ */
+extern const struct blk_driver blk_drv_null;     /* null.c */
+extern const struct blk_driver blk_drv_raw;      /* raw.c */
+extern const struct blk_driver blk_drv_file;     /* file.c and its engines */
+extern const struct blk_driver blk_drv_qcow2;    /* qcow2/ */
 extern const struct blk_driver blk_drv_throttle; /* throttle.c, on throttle-group.c */
 
 /* Add a driver (tests, plug-ins; main thread, start-up): -EEXIST if the
