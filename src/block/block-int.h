@@ -39,6 +39,8 @@ void blk_exec_done(struct blk_request *req, int ret);
 /* Make c an internal child of p (fields other than op/flags/range/iov/cb). */
 void blk_child_init(struct blk_request *c, struct blk_request *p);
 
+/* open.c: blk_detach_loop() for bs alone. */
+void blk_detach_node(struct blk_node *bs, struct loop *loop);
 /* open.c: the driver's close(), then free bs (its children lose a parent). */
 void blk_node_destroy(struct blk_node *bs);
 
@@ -46,6 +48,8 @@ void blk_node_destroy(struct blk_node *bs);
  * one reference (its opener's); a freed one leaves it. */
 int blk_graph_register(struct blk_node *bs);
 void blk_graph_unregister(struct blk_node *bs);
+/* The control loop of blk_ctl_enter() (NULL: none made yet). */
+struct loop *blk_ctl_loop(void);
 
 /* drain.c: blk_submit() found the node drained: hold the request until
  * the drain ends (0), or submit it if the drain ended meanwhile. */

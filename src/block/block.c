@@ -99,8 +99,14 @@ static inline int blk_check_rw(const struct blk_node *bs, const struct blk_reque
 	if (unlikely(sum != req->len))
 		return -EINVAL;
 	if (req->op == BLK_OP_WRITE) {
-		if (unlikely(bs->read_only))
-			return -EROFS;
+		if (unlikely(bs->write_slow)) {
+			if (bs->read_only)
+				return -EROFS;
+			if (req->flags & ~BLK_F_FUA)
+				return -EINVAL;
+			*route = BLK_ROUTE_CORE; /* detect-zeroes */
+			return 0;
+		}
 		if (unlikely(req->flags)) {
 			if (req->flags & ~BLK_F_FUA)
 				return -EINVAL;
@@ -122,7 +128,7 @@ static int blk_check_other(struct blk_node *bs, struct blk_request *req, enum bl
 	*route = BLK_ROUTE_CORE;
 	switch (req->op) {
 	case BLK_OP_FLUSH:
-		*route = BLK_ROUTE_DRIVER;
+		*route = bs->no_flush ? BLK_ROUTE_CORE : BLK_ROUTE_DRIVER;
 		return 0;
 	case BLK_OP_BLOCK_STATUS:
 		if (req->len == 0 || req->offset >= bs->size)
@@ -239,12 +245,42 @@ void blk_child_init(struct blk_request *c, struct blk_request *p)
 	c->opaque = NULL;
 }
 
+static bool blk_iov_is_zero(const struct blk_request *req)
+{
+	for (int i = 0; i < req->iovcnt; i++) {
+		const unsigned char *p = req->iov[i].iov_base;
+		size_t n = req->iov[i].iov_len;
+
+		if (n && (p[0] || memcmp(p, p + 1, n - 1)))
+			return false;
+	}
+	return true;
+}
+
+/* detect-zeroes: a write of zeroes goes on as a write-zeroes; the
+ * submitter gets its op and flags back on completion (BLK_CORE_OP_SAVED). */
+static void blk_detect_zeroes(struct blk_node *bs, struct blk_request *req)
+{
+	if (!bs->detect_zeroes || req->len == 0 || !blk_iov_is_zero(req))
+		return;
+	req->core.flags |= BLK_CORE_OP_SAVED;
+	req->core.saved_op = req->op;
+	req->core.saved_flags = (uint8_t)req->flags;
+	req->op = BLK_OP_WRITE_ZEROES;
+	if (bs->detect_zeroes == BLK_DETECT_ZEROES_UNMAP && !bs->discard_ignore)
+		req->flags |= BLK_F_MAY_UNMAP;
+}
+
 /* Requests the core answers or emulates (BLK_ROUTE_CORE). */
 static int blk_submit_slow(struct blk_node *bs, struct blk_request *req)
 {
 	if ((req->flags & BLK_F_FUA) && !bs->has_fua)
 		req->core.flags |= BLK_CORE_FUA_EMUL;
+	if (req->op == BLK_OP_WRITE)
+		blk_detect_zeroes(bs, req);
 	switch (req->op) {
+	case BLK_OP_FLUSH: /* no-flush=on */
+		goto done;
 	case BLK_OP_BLOCK_STATUS:
 		req->status = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED;
 		req->status_len = req->len;
@@ -363,8 +399,11 @@ static void blk_top_done(struct blk_request *req, int ret)
 			return;
 	}
 	if (ret == 0 && (req->core.flags & BLK_CORE_FUA_EMUL)) {
+		if (!(req->core.flags & BLK_CORE_OP_SAVED)) {
+			req->core.saved_op = req->op;
+			req->core.saved_flags = (uint8_t)req->flags;
+		}
 		req->core.flags = (req->core.flags & ~BLK_CORE_FUA_EMUL) | BLK_CORE_OP_SAVED;
-		req->core.saved_op = req->op;
 		req->op = BLK_OP_FLUSH;
 		ret = bs->drv->submit(bs, req);
 		if (ret == 0)
@@ -372,6 +411,7 @@ static void blk_top_done(struct blk_request *req, int ret)
 	}
 	if (req->core.flags & BLK_CORE_OP_SAVED) {
 		req->op = req->core.saved_op;
+		req->flags = req->core.saved_flags;
 		req->core.flags &= ~BLK_CORE_OP_SAVED;
 	}
 	blk_stats_account(req, ret);

@@ -79,6 +79,7 @@ struct blk_req_core {
 	int ret;        /* result kept for a deferred completion */
 	uint16_t flags; /* BLK_CORE_* (block-int.h); 0 on the fast path */
 	uint8_t saved_op;
+	uint8_t saved_flags; /* with saved_op: the submitter's flags */
 	union {
 		struct loop_defer defer; /* deferred completion */
 		struct loop_msg wake;    /* resume after waiting for an overlapping request */
@@ -138,6 +139,10 @@ struct blk_stats {
 	uint64_t in_flight;
 };
 
+#define BLK_DETECT_ZEROES_OFF 0
+#define BLK_DETECT_ZEROES_ON 1
+#define BLK_DETECT_ZEROES_UNMAP 2
+
 /* Child roles (static strings; compare with strcmp). */
 #define BLK_ROLE_FILE "file"           /* the node a format driver forwards to */
 #define BLK_ROLE_BACKING "backing"     /* qcow2: unallocated clusters read from here */
@@ -175,6 +180,11 @@ struct blk_node {
 	uint32_t max_transfer; /* 0: unlimited; advisory, the core does not split */
 	bool read_only;
 	bool discard_ignore; /* discard=ignore: succeed without doing anything */
+	bool no_flush;       /* no-flush=on (cache.no-flush): flushes succeed at once */
+	/* detect-zeroes=on|unmap: a write of zeroes becomes a write-zeroes
+	 * (unmap: that may deallocate, with discard=unmap). */
+	uint8_t detect_zeroes; /* BLK_DETECT_ZEROES_* */
+	bool write_slow;       /* read_only || detect_zeroes: writes leave the fast path */
 	/* Capabilities, cached by blk_open() from the driver's probes. */
 	bool has_fua, has_discard, has_write_zeroes, has_block_status;
 	/* Permissions (perm.c), main thread only. user_perm/user_shared: what
@@ -221,12 +231,22 @@ void blk_register_builtin_drivers(void);
  *   driver=null,size=SIZE[,read-zeroes=on][,latency-ns=NS][,mode=timer|threads]
  *   format=raw|...: a format node on top of the protocol node ([,offset=..,size=..])
  *     raw: x-probed=on when the tool guessed the format (see raw.c)
- *   read-only=on, discard=unmap|ignore, request-alignment=N (testing),
+ *   read-only=on, discard=unmap|ignore, no-flush=on, detect-zeroes=off|on|unmap,
+ *   request-alignment=N (testing),
  *   force-share=on (read-only only: share every permission, take no lock that
  *   keeps others out), x-no-io=on (qemu-img info's open: no consistent read
  *   on metadata), file: locking=on|off|auto
  * Options not consumed by anyone are an error. */
 int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errlen);
+/* Open one node of driver `driver` (a format on `file`, or a protocol
+ * driver when file is NULL) with the children in extra (roles backing,
+ * data-file; the driver uses them instead of opening its own) and the
+ * options above that are not about the stack (no format=). The
+ * references to file and the extra children are the new node's on
+ * success and dropped on failure. Main thread. */
+int blk_open_node(const char *driver, struct blk_node *file, const struct blk_child *extra,
+		  unsigned nextra, struct kv_opts *opts, struct blk_node **out, char *err,
+		  size_t errlen);
 /* Open a TARGET as `ioplane bench`/`img` take it: a path, or
  * "null:size=SIZE[,...]" ; fmt may be NULL (raw). extra: more options (may be NULL). */
 int blk_open_target(const char *target, const char *fmt, const char *extra, struct blk_node **out,

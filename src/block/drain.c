@@ -125,10 +125,10 @@ static void slot_begin_cb(struct loop_msg *m)
 	slot_check(container_of(m, struct drain_slot, msg));
 }
 
-/* Resubmit the held requests whose node no drain holds any longer. */
-static void slot_resume_cb(struct loop_msg *m)
+/* Resubmit the requests of `loop` (the current one) held on this thread
+ * whose node no drain holds any longer; keep the others in order. */
+static void resume_held(struct loop *loop)
 {
-	struct drain_slot *s = container_of(m, struct drain_slot, msg);
 	struct blk_request *req = held_head, *keep_head = NULL, *keep_tail = NULL;
 
 	held_head = held_tail = NULL;
@@ -137,7 +137,7 @@ static void slot_resume_cb(struct loop_msg *m)
 		struct blk_node *bs = req->core.node;
 		int ret;
 
-		if (atomic_load(&bs->quiesce)) {
+		if (req->loop != loop || atomic_load(&bs->quiesce)) {
 			req->core.track_next = NULL;
 			if (keep_tail)
 				keep_tail->core.track_next = req;
@@ -157,6 +157,13 @@ static void slot_resume_cb(struct loop_msg *m)
 			held_tail = keep_tail;
 		held_head = keep_head;
 	}
+}
+
+static void slot_resume_cb(struct loop_msg *m)
+{
+	struct drain_slot *s = container_of(m, struct drain_slot, msg);
+
+	resume_held(s->loop);
 	drain_put(s->d);
 }
 
@@ -212,10 +219,12 @@ static int drain_collect(struct drain *d, struct blk_node *bs)
 	return ret ? ret : drain_collect_up(d, bs, 0);
 }
 
-/* Send cb to each loop of the set but the caller's; returns how many. */
+/* Send cb to each loop of the set but the caller's and the control loop
+ * (blk_ctl_enter: it runs only inside synchronous work on this thread,
+ * which has nothing in flight or held once it returns); returns how many. */
 static unsigned drain_send(struct drain *d, void (*cb)(struct loop_msg *m), bool skip_self)
 {
-	struct loop *self = loop_current();
+	struct loop *self = loop_current(), *ctl = blk_ctl_loop();
 	bool seen[LOOP_MAX_THREADS] = {false};
 	unsigned sent = 0;
 
@@ -223,7 +232,7 @@ static unsigned drain_send(struct drain *d, void (*cb)(struct loop_msg *m), bool
 		for (unsigned idx = 0; idx < LOOP_MAX_THREADS; idx++) {
 			struct loop *l = atomic_load(&d->nodes[i]->loops[idx]);
 
-			if (!l || seen[idx] || (skip_self && l == self))
+			if (!l || seen[idx] || l == self || l == ctl)
 				continue;
 			seen[idx] = true;
 			d->slot[idx] = (struct drain_slot){
@@ -295,8 +304,10 @@ void blk_drain_end(struct blk_node *bs)
 	*pp = d->prev;
 	for (unsigned i = 0; i < d->n; i++)
 		atomic_fetch_sub(&d->nodes[i]->quiesce, 1);
-	/* Every loop, the caller's too: its requests were held as well. */
+	/* Every loop; the caller's own held requests go on at once. */
 	drain_send(d, slot_resume_cb, false);
+	if (loop_current())
+		resume_held(loop_current());
 	drain_put(d);
 }
 

@@ -754,3 +754,17 @@ int blk_file_extent_hint(int fd, uint32_t bytes)
 	fa.fsx_extsize = bytes;
 	return ioctl(fd, FS_IOC_FSSETXATTR, &fa) == 0 ? 0 : -errno;
 }
+
+const char *blk_file_path(const struct blk_node *bs)
+{
+	const struct file_state *s = bs->opaque;
+
+	return bs->drv == &blk_drv_file && s ? s->path : NULL;
+}
+
+bool blk_file_direct(const struct blk_node *bs)
+{
+	const struct file_state *s = bs->opaque;
+
+	return bs->drv == &blk_drv_file && s && s->direct;
+}

@@ -35,4 +35,9 @@ int blk_file_create(const char *path, uint32_t perm, uint32_t shared, char *err,
 int blk_file_extent_hint(int fd, uint32_t bytes);
 #define BLK_EXTENT_HINT_DEFAULT (1u << 20) /* qemu-img's default */
 
+/* The path a file node opened (NULL: not a file node). */
+const char *blk_file_path(const struct blk_node *bs);
+/* Whether a file node opened its file with O_DIRECT (cache=none). */
+bool blk_file_direct(const struct blk_node *bs);
+
 #endif

@@ -41,6 +41,12 @@ struct blk_node *blk_graph_next(struct blk_node *prev)
 	return prev ? prev->graph_next : graph_head;
 }
 
+void blk_graph_detach_loop(struct loop *loop)
+{
+	for (struct blk_node *bs = graph_head; bs; bs = bs->graph_next)
+		blk_detach_node(bs, loop);
+}
+
 struct blk_node *blk_graph_find(const char *node_name)
 {
 	struct blk_node *bs;
@@ -56,6 +62,11 @@ struct blk_node *blk_graph_find(const char *node_name)
 const char *blk_node_name(const struct blk_node *bs)
 {
 	return bs->name ? bs->name : "";
+}
+
+const char *blk_node_driver(const struct blk_node *bs)
+{
+	return bs->drv->name;
 }
 
 /* QEMU's id_wellformed(): a letter, then letters, digits, '-', '.', '_'. */
@@ -337,28 +348,114 @@ static void resize_notify(struct blk_node *bs)
 
 int blk_resize(struct blk_node *bs, uint64_t size, char *err, size_t errlen)
 {
+	uint32_t perm = bs->user_perm, shared = bs->user_shared;
 	int ret;
 
 	if (bs->read_only) {
-		snprintf(err, errlen, "Node '%s' is read only", blk_node_name(bs));
+		snprintf(err, errlen, "Image is read-only");
 		return -EROFS;
 	}
 	if (!bs->drv->truncate) {
 		snprintf(err, errlen, "Image format driver does not support resize");
 		return -ENOTSUP;
 	}
+	/* A user that resizes, as QEMU's block_resize is: nobody who does not
+	 * share resize (a raw window, another process) may be there. */
+	ret = blk_set_perm(bs, perm | BLK_PERM_RESIZE, shared, err, errlen);
+	if (ret)
+		return ret;
 	ret = blk_drain_begin(bs);
 	if (ret) {
+		blk_set_perm(bs, perm, shared, err, errlen);
 		snprintf(err, errlen, "Could not drain node '%s': %s", blk_node_name(bs),
 			 strerror(-ret));
 		return ret;
 	}
 	ret = blk_truncate(bs, size);
 	blk_drain_end(bs);
+	blk_set_perm(bs, perm, shared, NULL, 0); /* dropping one cannot fail */
+	if (ret == -ENOTSUP && !strcmp(bs->drv->name, "raw")) {
+		snprintf(err, errlen, "Cannot resize fixed-size raw disks"); /* QEMU's */
+		return ret;
+	}
 	if (ret) {
 		snprintf(err, errlen, "Could not resize: %s", strerror(-ret));
 		return ret;
 	}
 	resize_notify(bs);
 	return 0;
+}
+
+/* ---- corruption events ------------------------------------------------------ */
+
+static struct loop *corrupt_loop; /* written at start-up, then read by any thread */
+static void (*corrupt_fn)(const char *node_name, const char *msg, bool fatal);
+
+struct corrupt_msg {
+	struct loop_msg m;
+	bool fatal;
+	char node_name[BLK_NODE_NAME_MAX + 1];
+	char msg[256];
+};
+
+void blk_set_corrupt_handler(struct loop *main,
+			     void (*fn)(const char *node_name, const char *msg, bool fatal))
+{
+	corrupt_fn = fn;
+	corrupt_loop = main;
+}
+
+static void corrupt_msg_cb(struct loop_msg *m)
+{
+	struct corrupt_msg *c = container_of(m, struct corrupt_msg, m);
+
+	if (corrupt_fn)
+		corrupt_fn(c->node_name, c->msg, c->fatal);
+	free(c);
+}
+
+/* Node-names are set before a node serves any request, so reading it here
+ * races with nothing. */
+void blk_report_corrupt(struct blk_node *bs, const char *msg, bool fatal)
+{
+	struct corrupt_msg *c;
+
+	if (!corrupt_fn || !corrupt_loop || !(c = calloc(1, sizeof(*c))))
+		return;
+	c->m.cb = corrupt_msg_cb;
+	c->fatal = fatal;
+	snprintf(c->node_name, sizeof(c->node_name), "%s", blk_node_name(bs));
+	snprintf(c->msg, sizeof(c->msg), "%s", msg);
+	loop_send(corrupt_loop, &c->m);
+}
+
+/* ---- the control loop ------------------------------------------------------- */
+
+static struct loop *ctl_loop; /* main thread */
+
+int blk_ctl_enter(struct loop **prev)
+{
+	struct loop_opts o = {.backend = LOOP_BACKEND_AUTO, .poll_max_ns = 0};
+
+	if (!ctl_loop && loop_new(&o, &ctl_loop))
+		return -ENOMEM;
+	*prev = loop_current();
+	loop_bind_current(ctl_loop);
+	return 0;
+}
+
+struct loop *blk_ctl_loop(void)
+{
+	return ctl_loop;
+}
+
+void blk_ctl_leave(struct loop *prev)
+{
+	loop_bind_current(prev);
+}
+
+void blk_ctl_free(void)
+{
+	loop_free(ctl_loop);
+	ctl_loop = NULL;
 }

@@ -22,6 +22,8 @@
 /* The node with that node-name (given or generated), or NULL. */
 struct blk_node *blk_graph_find(const char *node_name);
 const char *blk_node_name(const struct blk_node *bs);
+/* The name of the node's driver ("file", "raw", "qcow2", "null"). */
+const char *blk_node_driver(const struct blk_node *bs);
 /* Give bs the node-name `name` (NULL: keep the generated one). -EINVAL and
  * QEMU's message for a name that is not well formed ("Invalid node-name:
  * 'x'"), too long ("Node name too long") or taken ("Duplicate nodes with
@@ -31,6 +33,9 @@ int blk_node_set_name(struct blk_node *bs, const char *name, char *err, size_t e
 int blk_node_name_check(const char *name, char *err, size_t errlen);
 /* Iterate over every node, in creation order: first with NULL. */
 struct blk_node *blk_graph_next(struct blk_node *prev);
+/* blk_detach_loop() for every node, on the loop that is going away, while
+ * the main thread waits for it (iothread_run_sync). */
+void blk_graph_detach_loop(struct loop *loop);
 
 /* Monitor-owned nodes (blockdev-add): the registry holds the reference
  * that the opener had. blk_graph_release() hands it back (blockdev-del then
@@ -83,5 +88,28 @@ void blk_resize_notifier_del(struct blk_node *bs, void (*cb)(struct blk_node *bs
 /* Grow (or shrink) bs to size bytes, drained, then run the notifiers.
  * -EROFS, -ENOTSUP (a driver that cannot), -errno; a message in err. */
 int blk_resize(struct blk_node *bs, uint64_t size, char *err, size_t errlen);
+
+/* ---- synchronous work from main-loop callbacks ------------------------------ */
+
+/* Opening, closing, flushing and resizing nodes wait for I/O by running the
+ * current loop (blk_do_sync), which a callback of that same loop must not
+ * do. A callback (a QMP handler) brackets such work with these: the
+ * thread's current loop becomes a control loop of its own, made once and
+ * run only there. blk_ctl_enter: 0 and *prev to give back, or -ENOMEM. */
+int blk_ctl_enter(struct loop **prev);
+void blk_ctl_leave(struct loop *prev);
+/* At exit, once every node is closed. */
+void blk_ctl_free(void);
+
+/* ---- events ---------------------------------------------------------------- */
+
+/* Who hears of a format driver finding an image corrupt (the monitor's
+ * BLOCK_IMAGE_CORRUPTED): fn runs on main's thread, told the node-name,
+ * the driver's message and whether the image is now unusable for writes.
+ * Main thread, at start-up. */
+void blk_set_corrupt_handler(struct loop *main,
+			     void (*fn)(const char *node_name, const char *msg, bool fatal));
+/* A driver found bs corrupt (any thread): the handler hears of it later. */
+void blk_report_corrupt(struct blk_node *bs, const char *msg, bool fatal);
 
 #endif

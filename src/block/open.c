@@ -19,19 +19,45 @@ struct open_common {
 	bool discard_ignore;
 	bool force_share;
 	bool no_io;
+	bool no_flush;
+	uint8_t detect_zeroes;
 	uint64_t req_align; /* 0: none asked for */
 };
+
+static int open_parse_detect_zeroes(struct kv_opts *opts, struct open_common *c, char *err,
+				    size_t errlen)
+{
+	const char *dz = kv_get(opts, "detect-zeroes");
+
+	if (!dz || !strcmp(dz, "off"))
+		c->detect_zeroes = BLK_DETECT_ZEROES_OFF;
+	else if (!strcmp(dz, "on"))
+		c->detect_zeroes = BLK_DETECT_ZEROES_ON;
+	else if (!strcmp(dz, "unmap"))
+		c->detect_zeroes = BLK_DETECT_ZEROES_UNMAP;
+	else {
+		snprintf(err, errlen, "detect-zeroes: expected off, on or unmap, not '%s'", dz);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 static int open_parse_common(struct kv_opts *opts, struct open_common *c, char *err, size_t errlen)
 {
 	const char *discard = kv_get(opts, "discard");
 
+	if (open_parse_detect_zeroes(opts, c, err, errlen))
+		return -EINVAL;
 	if (kv_get_bool(opts, "read-only", &c->read_only)) {
 		snprintf(err, errlen, "read-only: expected on or off");
 		return -EINVAL;
 	}
 	if (kv_get_bool(opts, "force-share", &c->force_share)) {
 		snprintf(err, errlen, "force-share: expected on or off");
+		return -EINVAL;
+	}
+	if (kv_get_bool(opts, "no-flush", &c->no_flush)) {
+		snprintf(err, errlen, "no-flush: expected on or off");
 		return -EINVAL;
 	}
 	if (kv_get_bool(opts, "x-no-io", &c->no_io)) {
@@ -65,17 +91,23 @@ static void blk_node_free(struct blk_node *bs)
 {
 	unsigned i;
 
+	blk_graph_unregister(bs); /* no walker from the registry's roots comes here */
 	/* Each child loses this parent (and closes if it was the last user);
 	 * also the children a driver registered before its open() failed. */
 	for (i = bs->nchildren; i-- > 0;) {
 		struct blk_node *c = bs->children[i].node;
+		bool stays = c->refcnt > 1;
+		char err[256];
 
 		c->nparents--;
 		blk_unref(c, NULL);
+		/* A child another user keeps needs no more what this parent
+		 * needed of it; dropping permissions cannot conflict. */
+		if (stays)
+			blk_perm_refresh(c, err, sizeof(err));
 	}
 	blk_stats_free(bs);
 	blk_track_free(bs);
-	blk_graph_unregister(bs);
 	free(bs->name);
 	free(bs);
 }
@@ -94,6 +126,7 @@ static struct blk_node *node_new(const struct blk_driver *drv, struct blk_node *
 	bs->mem_align = 1;
 	bs->read_only = c->read_only;
 	bs->discard_ignore = c->discard_ignore;
+	bs->no_flush = c->no_flush;
 	if (next)
 		blk_add_child(bs, BLK_ROLE_FILE, next); /* the first child: cannot fail */
 	bs->force_share = c->force_share;
@@ -117,18 +150,33 @@ static int open_locked(struct blk_node *bs, struct kv_opts *opts, char *err, siz
 	return ret;
 }
 
-/* Open one node on top of `next` (NULL for a protocol node). */
-static int open_node(const struct blk_driver *drv, struct blk_node *next, struct kv_opts *opts,
+static void unref_all(const struct blk_child *v, unsigned from, unsigned n);
+
+/* Open one node on top of `next` (NULL for a protocol node), with the
+ * children in extra (references the node takes over, also on failure)
+ * made its children before the driver's open(), which finds them with
+ * blk_child(). On failure `next` is still the caller's. */
+static int open_node(const struct blk_driver *drv, struct blk_node *next,
+		     const struct blk_child *extra, unsigned nextra, struct kv_opts *opts,
 		     const struct open_common *c, struct blk_node **out, char *err, size_t errlen)
 {
 	struct blk_node *bs = node_new(drv, next, c);
-	int ret;
+	unsigned i;
+	int ret = 0;
 
 	if (!bs) {
+		unref_all(extra, 0, nextra);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	ret = open_locked(bs, opts, err, errlen);
+	for (i = 0; i < nextra && !ret; i++)
+		ret = blk_add_child(bs, extra[i].role, extra[i].node);
+	if (ret) {
+		unref_all(extra, i - 1, nextra);
+		snprintf(err, errlen, "too many children");
+	} else {
+		ret = open_locked(bs, opts, err, errlen);
+	}
 	if (ret) {
 		blk_take_child(bs, BLK_ROLE_FILE); /* still the caller's to close */
 		blk_node_free(bs);
@@ -140,6 +188,7 @@ static int open_node(const struct blk_driver *drv, struct blk_node *next, struct
 	bs->has_discard = open_probe(drv->can_discard, bs);
 	bs->has_write_zeroes = open_probe(drv->can_write_zeroes, bs);
 	bs->has_block_status = open_probe(drv->can_block_status, bs);
+	bs->write_slow = bs->read_only;
 	*out = bs;
 	return 0;
 }
@@ -173,6 +222,9 @@ static int open_finish(struct blk_node *top, struct kv_opts *opts, const struct 
 		snprintf(err, errlen, "unknown option '%s'", unused);
 		return -EINVAL;
 	}
+	/* On the node asked for: what its users write. */
+	top->detect_zeroes = c->detect_zeroes;
+	top->write_slow |= c->detect_zeroes != BLK_DETECT_ZEROES_OFF;
 	if (c->req_align > top->align)
 		top->align = (uint32_t)c->req_align;
 	if (blk_walk(top, open_track_init, NULL)) {
@@ -206,12 +258,12 @@ int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errl
 	if (!ret && format)
 		ret = open_find(format, true, &fdrv, err, errlen);
 	if (!ret)
-		ret = open_node(pdrv, NULL, opts, &c, &proto, err, errlen);
+		ret = open_node(pdrv, NULL, NULL, 0, opts, &c, &proto, err, errlen);
 	if (ret)
 		return ret;
 	top = proto;
 	if (fdrv) {
-		ret = open_node(fdrv, proto, opts, &c, &top, err, errlen);
+		ret = open_node(fdrv, proto, NULL, 0, opts, &c, &top, err, errlen);
 		if (ret)
 			goto fail;
 	}
@@ -223,6 +275,44 @@ int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errl
 fail:
 	blk_close(top); /* top is proto unless the format node opened */
 	return ret;
+}
+
+static void unref_all(const struct blk_child *v, unsigned from, unsigned n)
+{
+	for (unsigned i = from; i < n; i++)
+		blk_unref(v[i].node, NULL);
+}
+
+int blk_open_node(const char *driver, struct blk_node *file, const struct blk_child *extra,
+		  unsigned nextra, struct kv_opts *opts, struct blk_node **out, char *err,
+		  size_t errlen)
+{
+	const struct blk_driver *drv = NULL;
+	struct open_common c = {0};
+	struct blk_node *bs = NULL;
+	int ret;
+
+	blk_register_builtin_drivers();
+	ret = open_parse_common(opts, &c, err, errlen);
+	if (!ret)
+		ret = open_find(driver, file != NULL, &drv, err, errlen);
+	if (ret) {
+		unref_all(extra, 0, nextra);
+		blk_unref(file, NULL);
+		return ret;
+	}
+	ret = open_node(drv, file, extra, nextra, opts, &c, &bs, err, errlen);
+	if (ret) {
+		blk_unref(file, NULL);
+		return ret;
+	}
+	ret = open_finish(bs, opts, &c, err, errlen);
+	if (ret) {
+		blk_close(bs);
+		return ret;
+	}
+	*out = bs;
+	return 0;
 }
 
 /* Options of a TARGET: "null:KEY=VAL,..." or a file name. */
@@ -340,13 +430,18 @@ int blk_walk(struct blk_node *bs, int (*fn)(struct blk_node *bs, void *opaque), 
 
 static int detach_one(struct blk_node *bs, void *loop)
 {
+	blk_detach_node(bs, loop);
+	return 0;
+}
+
+void blk_detach_node(struct blk_node *bs, struct loop *loop)
+{
 	struct loop *l = loop;
 
 	/* A drain no longer asks this loop about the node. */
 	atomic_compare_exchange_strong(&bs->loops[loop_index(l)], &l, NULL);
 	if (bs->drv->detach_loop)
 		bs->drv->detach_loop(bs, loop);
-	return 0;
 }
 
 void blk_detach_loop(struct blk_node *bs, struct loop *loop)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "block/block-int.h"
+#include "block/graph.h"
 
 #define PERM_MAX_NODES 256 /* a backing chain of 64 images with data files */
 
@@ -83,15 +84,36 @@ void blk_perm_backing(uint32_t perm, uint32_t shared, struct blk_perm_req *r)
 		r->shared |= wr;
 }
 
+/* A driver without child_perms: `file` gets what the node's users have,
+ * other children QEMU's rules for their role. Every child, not only next. */
 static unsigned perm_children(struct blk_node *bs, uint32_t perm, uint32_t shared,
 			      struct blk_perm_req *out)
 {
+	unsigned n = 0;
+
 	if (bs->drv->child_perms)
 		return bs->drv->child_perms(bs, perm, shared, out);
-	if (!bs->next)
-		return 0;
-	out[0] = (struct blk_perm_req){bs->next, perm, shared};
-	return 1;
+	for (unsigned i = 0; i < bs->nchildren && n < BLK_PERM_MAX_CHILDREN; i++) {
+		const struct blk_child *c = &bs->children[i];
+		struct blk_perm_req *r = &out[n++];
+
+		r->child = c->node;
+		if (!strcmp(c->role, BLK_ROLE_BACKING))
+			blk_perm_backing(perm, shared, r);
+		else if (!strcmp(c->role, BLK_ROLE_DATA_FILE))
+			blk_perm_storage(bs, false, true, perm, shared, r);
+		else
+			*r = (struct blk_perm_req){c->node, perm, shared};
+	}
+	return n;
+}
+
+static struct perm_item *perm_find(struct perm_list *l, const struct blk_node *bs)
+{
+	for (unsigned i = 0; i < l->n; i++)
+		if (l->v[i].bs == bs)
+			return &l->v[i];
+	return NULL;
 }
 
 static int perm_collect(struct blk_node *bs, uint32_t perm, uint32_t shared, struct perm_list *l,
@@ -101,11 +123,29 @@ static int perm_collect(struct blk_node *bs, uint32_t perm, uint32_t shared, str
 	unsigned n;
 	int ret;
 
-	if (l->n == PERM_MAX_NODES || depth > PERM_MAX_NODES)
+	struct perm_item *it = perm_find(l, bs);
+
+	if (depth > PERM_MAX_NODES)
 		return -ELOOP;
+	/* Users of this very node (an export on a child, block_resize) add to
+	 * what its parents need. */
+	perm |= bs->user_perm;
+	shared &= bs->user_shared;
 	if (bs->force_share)
 		shared = BLK_PERM_ALL;
-	l->v[l->n++] = (struct perm_item){bs, perm, shared};
+	if (it) {
+		/* A node with several parents needs what each of them needs:
+		 * walk its children again only if that grew. */
+		if ((it->perm | perm) == it->perm && (it->shared & shared) == it->shared)
+			return 0;
+		perm |= it->perm;
+		shared &= it->shared;
+		*it = (struct perm_item){bs, perm, shared};
+	} else if (l->n == PERM_MAX_NODES) {
+		return -ELOOP;
+	} else {
+		l->v[l->n++] = (struct perm_item){bs, perm, shared};
+	}
 	n = perm_children(bs, perm, shared, c);
 	for (unsigned i = 0; i < n; i++) {
 		ret = perm_collect(c[i].child, c[i].perm, c[i].shared, l, depth + 1);
@@ -113,6 +153,42 @@ static int perm_collect(struct blk_node *bs, uint32_t perm, uint32_t shared, str
 			return ret;
 	}
 	return 0;
+}
+
+static int perm_mark(struct blk_node *bs, void *opaque)
+{
+	struct perm_list *m = opaque;
+
+	if (perm_find(m, bs))
+		return 0;
+	if (m->n == PERM_MAX_NODES)
+		return -ELOOP;
+	m->v[m->n++].bs = bs;
+	return 0;
+}
+
+static int perm_marked(struct blk_node *bs, void *opaque)
+{
+	return perm_find(opaque, bs) != NULL;
+}
+
+/* What every node under bs needs, collected from each root (a node without
+ * parents) whose graph shares a node with bs's: a node shared by several
+ * parents (blockdev-add's references) needs what all of them need. */
+static int perm_collect_roots(struct blk_node *bs, struct perm_list *l)
+{
+	struct perm_list *mine = malloc(sizeof(*mine));
+	int ret;
+
+	if (!mine)
+		return -ENOMEM;
+	mine->n = 0;
+	ret = blk_walk(bs, perm_mark, mine);
+	for (struct blk_node *r = blk_graph_next(NULL); r && !ret; r = blk_graph_next(r))
+		if (!r->nparents && blk_walk(r, perm_marked, mine) > 0)
+			ret = perm_collect(r, r->user_perm, r->user_shared, l, 0);
+	free(mine);
+	return ret;
 }
 
 static int perm_step(struct perm_item *it, enum blk_perm_step step, char *err, size_t errlen)
@@ -155,7 +231,7 @@ int blk_perm_refresh(struct blk_node *bs, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	l->n = 0;
-	ret = perm_collect(bs, bs->user_perm, bs->user_shared, l, 0);
+	ret = perm_collect_roots(bs, l);
 	if (ret)
 		snprintf(err, errlen, "node graph too deep for permissions");
 	else

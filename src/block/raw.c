@@ -23,6 +23,7 @@
 struct raw_state {
 	uint64_t offset;
 	bool window; /* offset or size restrict the child */
+	bool fixed;  /* size= given: the window cannot grow */
 	bool probed; /* x-probed=on: guard sector 0 */
 };
 
@@ -33,14 +34,18 @@ static int raw_window(struct blk_node *bs, uint64_t off, uint64_t size, bool has
 	uint64_t al = child->align;
 
 	if (off > child->size) {
-		snprintf(err, errlen, "raw: offset %llu is past the end of the child (%llu)",
+		/* QEMU's messages (blockdev-add), also its double space */
+		snprintf(err, errlen,
+			 "Offset (%llu) cannot be greater than size of the containing file (%llu)",
 			 (unsigned long long)off, (unsigned long long)child->size);
 		return -EINVAL;
 	}
 	if (!has_size)
 		size = child->size - off;
 	if (size > child->size - off) {
-		snprintf(err, errlen, "raw: window %llu+%llu does not fit in the child (%llu)",
+		snprintf(err, errlen,
+			 "The sum of offset (%llu) and size (%llu) has to be smaller or equal to "
+			 "the  actual size of the containing file (%llu)",
 			 (unsigned long long)off, (unsigned long long)size,
 			 (unsigned long long)child->size);
 		return -EINVAL;
@@ -85,6 +90,7 @@ static int raw_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t
 	}
 	s->offset = off;
 	s->window = off != 0 || bs->size != bs->next->size;
+	s->fixed = has_size;
 	bs->opaque = s;
 	bs->align = bs->next->align;
 	bs->mem_align = bs->next->mem_align;
@@ -128,17 +134,18 @@ static int raw_submit(struct blk_node *bs, struct blk_request *req)
 	return blk_forward_shift(bs, req, s->offset);
 }
 
-/* Only the whole child can grow or shrink. */
+/* As QEMU's raw: a window with a size cannot grow or shrink; one with only
+ * an offset takes the child along (offset + size). */
 static int raw_truncate(struct blk_node *bs, uint64_t size)
 {
 	const struct raw_state *s = bs->opaque;
 	int ret;
 
-	if (s->window)
+	if (s->fixed || size > UINT64_MAX - s->offset)
 		return -ENOTSUP;
-	ret = blk_truncate(bs->next, size);
+	ret = blk_truncate(bs->next, s->offset + size);
 	if (ret == 0)
-		bs->size = bs->next->size;
+		bs->size = bs->next->size - s->offset;
 	return ret;
 }
 

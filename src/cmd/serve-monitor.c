@@ -12,6 +12,7 @@
 
 #include "cmd/serve-monitor.h"
 #include "control/monitor-opts.h"
+#include "control/qmp-block.h"
 #include "control/qmp-cmds.h"
 #include "util/log.h"
 
@@ -59,6 +60,10 @@ int serve_monitor_start(struct monitor_set *set, struct loop *main_loop)
 	if (!set)
 		return -1;
 	qmp_set_quit_handler(serve_quit, NULL);
+	if (qmp_block_register() < 0) {
+		log_err("cannot register the block commands");
+		return 1;
+	}
 	ret = monitor_set_start(set, main_loop, err, sizeof(err));
 	if (ret == 0)
 		return -1;

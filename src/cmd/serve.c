@@ -25,7 +25,9 @@
 #include "block/block.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
+#include "block/graph.h"
 #include "cmd/serve-monitor.h"
+#include "control/qmp-block.h"
 #include "cmd/serve-vhost.h"
 #include "export/nbd-server.h"
 #include "loop/iothread.h"
@@ -684,12 +686,8 @@ static int start_iothreads(struct serve *sv)
  * every node of each image's graph (backing and data-file nodes too). */
 static void detach_images(void *arg)
 {
-	struct serve *sv = arg;
-	unsigned i;
-
-	for (i = 0; i < sv->nimages; i++)
-		if (sv->images[i].bs)
-			blk_detach_loop(sv->images[i].bs, loop_current());
+	(void)arg;
+	blk_graph_detach_loop(loop_current()); /* every node: --image's and blockdev-add's */
 }
 
 static void stop_iothreads(struct serve *sv)
@@ -834,6 +832,7 @@ static void serve_teardown(struct serve *sv, int *status)
 	serve_vhost_free(sv->vhost);
 	free_nbd(sv);
 	close_images(sv, status);
+	qmp_block_close_all(); /* the nodes of blockdev-add */
 	if (sv->sig_h.fd > 0) {
 		loop_fd_del(sv->main_loop, &sv->sig_h);
 		close(sv->sig_h.fd);

@@ -1,6 +1,7 @@
 /* libFuzzer target for the QMP monitor's input: one input is the byte stream of one
  * client, through the splitter, jansson, the request checks, schema validation and
- * the dispatch of harmless commands - the built-in ones (quit only answers here) and
+ * the dispatch of harmless commands - the built-in ones (quit only answers here), the
+ * block-node commands on nodes that touch no file (null-co, raw; qmp_block_sandbox), and
  * test commands that echo arguments validated against a union with lists, an
  * alternate and every scalar type, parse a keyval string against it, emit an event,
  * or answer later. The first byte picks how the stream is cut into reads and whether
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/qmp-block.h"
 #include "control/qmp-cmds.h"
 #include "control/qmp.h"
 #include "control/schema.h"
@@ -94,8 +96,9 @@ static void fuzz_setup(void)
 	if (done)
 		return;
 	done = 1;
-	if (qmp_register_builtin() < 0)
+	if (qmp_register_builtin() < 0 || qmp_block_register() < 0)
 		abort();
+	qmp_block_sandbox();
 	for (i = 0; i < sizeof(fuzz_cmds) / sizeof(fuzz_cmds[0]); i++)
 		if (qmp_register(&fuzz_cmds[i]) < 0)
 			abort();
@@ -165,5 +168,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		later = NULL;
 	}
 	qmp_conn_destroy(&s);
+	qmp_block_close_all(); /* each input starts with no node */
 	return 0;
 }

@@ -5,7 +5,8 @@ Each file is one client's byte stream after a first byte that tells fuzz-qmp.c h
 cut it into reads (bits 0-2) and whether output is pretty (bit 3). Streams negotiate and
 run the built-in commands and the target's test commands (x-fuzz-args: a union with
 lists, an alternate and every scalar type; x-fuzz-keyval: the same type from a keyval
-string; x-fuzz-event; x-fuzz-later, which answers late), plus the bad inputs the unit
+string; x-fuzz-event; x-fuzz-later, which answers late) and the block-node commands on
+null-co and raw nodes, plus the bad inputs the unit
 and functional tests use: broken JSON, single quotes, control characters, deep nesting,
 bad members, keyval errors. Deterministic and small.
 
@@ -58,6 +59,27 @@ STREAMS = [
     b'{"exec-oob":"quit"}{"execute":"query-version","id":1,"control":{}}',
     NEG + b'{"execute":"query-\\u0076ersion","id":"\\u00e9\xc3\xa9"}{"a":"\\ud800"}'
     b'{"a":"\\u0000"}{"a":1e999}{"a":18446744073709551616}',
+    # The block-node commands (null-co and raw only in the fuzz target).
+    NEG + cmd('blockdev-add', {'driver': 'null-co', 'node-name': 'n0', 'size': 1048576}) +
+    cmd('blockdev-add', {'driver': 'raw', 'node-name': 'r0', 'file': 'n0', 'offset': 512}) +
+    cmd('blockdev-add', {'driver': 'raw', 'node-name': 'r1', 'read-only': True,
+                         'file': {'driver': 'null', 'node-name': 'c1', 'read-zeroes': True},
+                         'cache': {'direct': False, 'no-flush': True}}) +
+    cmd('query-named-block-nodes', {'flat': True}) + cmd('query-named-block-nodes') +
+    cmd('query-blockstats', {'query-nodes': True}) + cmd('query-blockstats') +
+    cmd('blockdev-del', {'node-name': 'n0'}) + cmd('blockdev-del', {'node-name': 'c1'}) +
+    cmd('blockdev-del', {'node-name': 'r0'}) + cmd('blockdev-del', {'node-name': 'n0'}),
+    NEG + cmd('blockdev-add', {'driver': 'null-co', 'node-name': 'n0'}) +
+    cmd('blockdev-add', {'driver': 'null-co', 'node-name': 'n0'}) +
+    cmd('blockdev-add', {'driver': 'null-co'}) +
+    cmd('blockdev-add', {'driver': 'file', 'node-name': 'f', 'filename': '/dev/null'}) +
+    cmd('blockdev-add', {'driver': 'raw', 'node-name': 'x', 'file': 'nope'}) +
+    cmd('blockdev-add', {'driver': 'raw', 'node-name': 'x', 'file': 7}) +
+    cmd('blockdev-add', {'driver': 'raw', 'node-name': '1x', 'file': 'n0'}) +
+    cmd('blockdev-add', {'driver': 'null-co', 'node-name': 'y', 'detect-zeroes': 'on'}) +
+    cmd('block_resize', {'node-name': 'n0', 'size': 4096}) +
+    cmd('block_resize', {'device': 'n0', 'size': -1}) + cmd('block_resize', {'size': 1}) +
+    cmd('blockdev-del', {'node-name': 'nope'}) + cmd('blockdev-del', {}),
 ]
 
 

@@ -328,6 +328,42 @@ static void test_wz_fallback(void **state)
 	blk_close(bs);
 }
 
+/* detect-zeroes: a write of zeroes reaches the driver as a write-zeroes
+ * (unmap: that may deallocate, unless discard=ignore), any other write as
+ * a write; FUA still holds; the submitter gets its request back as it was,
+ * and the statistics count a write. */
+static void test_detect_zeroes(void **state)
+{
+	struct blk_node *bs = test_open("driver=ram,ram-size=1M,detect-zeroes=unmap");
+	struct blk_node *on = test_open("driver=ram,ram-size=1M,detect-zeroes=on");
+	static char zero[8192], data[4096] = {1};
+	struct blk_stats st;
+	struct test_req t;
+
+	(void)state;
+	test_req_init(&t, BLK_OP_WRITE, 4096, zero, sizeof(zero), BLK_F_FUA, NULL);
+	assert_int_equal(blk_do_sync(bs, &t.req), 0);
+	assert_int_equal(t.req.op, BLK_OP_WRITE);
+	assert_int_equal(t.req.flags, BLK_F_FUA);
+	assert_int_equal(ram_last->nlog, 0); /* ram_last is `on` */
+	blk_get_stats(bs, &st);
+	assert_int_equal(st.op[BLK_OP_WRITE].ops, 1);
+	assert_int_equal(st.op[BLK_OP_WRITE_ZEROES].ops, 0);
+	assert_int_equal(blk_pwrite(on, 0, zero, 4096, 0), 0);
+	assert_int_equal(blk_pwrite(on, 0, data, 4096, 0), 0);
+	assert_int_equal(ram_last->nlog, 2);
+	assert_int_equal(ram_last->log[0].op, BLK_OP_WRITE_ZEROES);
+	assert_int_equal(ram_last->log[0].flags & BLK_F_MAY_UNMAP, 0);
+	assert_int_equal(ram_last->log[1].op, BLK_OP_WRITE);
+	blk_close(on);
+	blk_close(bs);
+	bs = test_open("driver=ram,ram-size=1M,detect-zeroes=unmap");
+	assert_int_equal(blk_pwrite(bs, 0, zero, 4096, BLK_F_FUA), 0);
+	assert_int_equal(ram_last->log[0].op, BLK_OP_WRITE_ZEROES);
+	assert_int_equal(ram_last->log[0].flags, BLK_F_MAY_UNMAP | BLK_F_FUA);
+	blk_close(bs);
+}
+
 static void test_fua(void **state)
 {
 	struct blk_node *bs;
@@ -635,6 +671,7 @@ int main(void)
 		RAM_TEST(test_open_options),
 		RAM_TEST(test_registry),
 		RAM_TEST(test_truncate),
+		RAM_TEST(test_detect_zeroes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

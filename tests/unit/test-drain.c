@@ -310,6 +310,26 @@ static void test_drain_main_loop(void **state)
 	blk_close(a);
 }
 
+/* Synchronous work in a control section (blk_ctl_enter) leaves the node
+ * knowing the control loop, which runs only inside such sections: a later
+ * drain from the thread's own loop must not wait for it. */
+static void test_drain_after_ctl_section(void **state)
+{
+	struct blk_node *a = open_slow("driver=slow,dev=0");
+	struct loop *prev;
+	char buf[512];
+
+	memset(devs, 0, sizeof(devs));
+	assert_int_equal(blk_ctl_enter(&prev), 0);
+	assert_int_equal(blk_pread(a, 0, buf, sizeof(buf)), 0);
+	blk_ctl_leave(prev);
+	assert_ptr_equal(loop_current(), *state);
+	assert_int_equal(blk_drain_begin(a), 0);
+	blk_drain_end(a);
+	blk_close(a);
+	blk_ctl_free();
+}
+
 static int setup(void **state)
 {
 	static bool registered;
@@ -331,6 +351,8 @@ int main(void)
 						ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_nested_and_resize, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_drain_main_loop, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_drain_after_ctl_section, setup,
+						ram_test_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

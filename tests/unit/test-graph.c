@@ -271,6 +271,18 @@ static void test_refs(void **state)
 	assert_null(blk_graph_next(NULL));
 }
 
+/* An iothread going away: every node of the registry lets go of it, those
+ * of separate stacks and a child reached from two parents alike. */
+static void test_graph_detach_loop(void **state)
+{
+	struct blk_node *a = test_open("driver=cnt,format=fan"), *b = test_open("driver=cnt");
+
+	blk_graph_detach_loop(*state);
+	assert_int_equal(n_detach, 4);
+	blk_close(a);
+	blk_close(b);
+}
+
 /* A child shared by reference: two parents; it closes with the last. */
 static void test_shared_child(void **state)
 {
@@ -286,6 +298,33 @@ static void test_shared_child(void **state)
 	assert_int_equal(blk_parent_count(file), 1);
 	blk_close(b);
 	assert_int_equal(n_close, 4);
+}
+
+/* A node shared by two parents holds what both need, whichever parent
+ * changes its permissions last, and what the other no longer needs goes
+ * when one closes. */
+static void test_shared_child_perms(void **state)
+{
+	struct blk_node *a = test_open("driver=cnt,format=raw"), *file = a->next, *b = NULL;
+	const uint32_t rw = BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE;
+	struct kv_opts o = {0};
+	char err[256];
+
+	(void)state;
+	blk_ref(file, NULL);
+	assert_int_equal(blk_open_node("raw", file, NULL, 0, &o, &b, err, sizeof(err)), 0);
+	assert_int_equal(blk_set_perm(a, rw, BLK_PERM_ALL, err, sizeof(err)), 0);
+	assert_int_equal(file->perm & rw, rw);
+	assert_int_equal(blk_set_perm(b, BLK_PERM_CONSISTENT_READ, BLK_PERM_ALL & ~BLK_PERM_RESIZE,
+				      err, sizeof(err)),
+			 0);
+	assert_int_equal(file->perm & rw, rw);
+	assert_int_equal(file->shared & BLK_PERM_RESIZE, 0);
+	blk_close(a);
+	assert_int_equal(file->perm & BLK_PERM_WRITE, 0);
+	assert_int_equal(file->perm & BLK_PERM_CONSISTENT_READ, BLK_PERM_CONSISTENT_READ);
+	blk_close(b);
+	kv_free(&o);
 }
 
 static unsigned n_resized;
@@ -331,6 +370,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_names, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_refs, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_shared_child, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_graph_detach_loop, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_shared_child_perms, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_resize_notifier, setup, ram_test_teardown),
 	};
 

@@ -135,9 +135,15 @@ static int qc_adopt(struct qc_state *s, const char *role, struct blk_node **node
 int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t errlen)
 {
 	const char *name = kv_get(opts, "backing"), *fmt = kv_get(opts, "backing-format");
+	struct blk_node *given = blk_child(s->bs, BLK_ROLE_BACKING);
 	char sub[256];
 	int ret;
 
+	if (given) { /* blockdev-add's backing: a node */
+		s->backing = given;
+		s->backing_size = given->size;
+		return 0;
+	}
 	if (!name)
 		name = s->backing_name;
 	if (!fmt)
@@ -186,16 +192,21 @@ int qc_backing_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t 
 int qc_data_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t errlen)
 {
 	const char *name = kv_get(opts, "data-file");
+	struct blk_node *given = blk_child(s->bs, BLK_ROLE_DATA_FILE);
 	char sub[256];
 	int ret;
 
 	if (!(s->h.incompat & QC_INCOMPAT_DATA_FILE)) {
 		s->data = s->file;
-		return name ? (snprintf(err, errlen,
-					"qcow2: data-file given but the image has no "
-					"external data file"),
-			       -EINVAL)
-			    : 0;
+		return name || given ? (snprintf(err, errlen,
+						 "qcow2: data-file given but the image has no "
+						 "external data file"),
+					-EINVAL)
+				     : 0;
+	}
+	if (given) { /* blockdev-add's data-file: a node */
+		s->data = given;
+		goto adopted;
 	}
 	if (!name)
 		name = s->data_name;
@@ -221,6 +232,7 @@ int qc_data_open(struct qc_state *s, struct kv_opts *opts, char *err, size_t err
 	ret = qc_adopt(s, BLK_ROLE_DATA_FILE, &s->data, err, errlen);
 	if (ret)
 		return ret;
+adopted:
 	s->data_external = true;
 	qc_file_id(name, &s->data_id);
 	s->data_size = s->data->size;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/graph.h"
 #include "block/qcow2/qcow2-int.h"
 #include "util/compiler.h"
 #include "util/log.h"
@@ -416,6 +417,8 @@ int qc_corrupt(struct qc_state *s, const char *fmt, ...)
 		first && !s->bs->read_only && s->h.version >= 3 ? "; marked corrupt" : "",
 		first && !s->bs->read_only ? "; further writes are refused" : "");
 	__atomic_store_n(&s->corrupt, true, __ATOMIC_RELEASE);
+	if (first) /* fatal as in QEMU: a writable image is unusable from here on */
+		blk_report_corrupt(s->bs, msg, !s->bs->read_only);
 	if (first && !s->bs->read_only && s->h.version >= 3 &&
 	    qc_header_write_features(s, s->h.incompat | QC_INCOMPAT_CORRUPT, s->h.autoclear))
 		log_err("qcow2: cannot set the corrupt bit in the header");
