@@ -790,6 +790,20 @@ int vub_export_listen(struct vub_export *e, char *err, size_t errlen)
 	return 0;
 }
 
+int vub_export_listen_fd(struct vub_export *e, int fd, char *err, size_t errlen)
+{
+	if (e->ul.fd >= 0 || e->stopping)
+		return -EINVAL;
+	e->ul.fd = fd;
+	vub_listen_watch(e, true);
+	if (!e->listening) {
+		snprintf(err, errlen, "cannot listen on fd %d: %s", fd, strerror(ENOMEM));
+		e->ul.fd = -1;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* ---- life cycle ---------------------------------------------------------------------- */
 
 static int vub_queues_init(struct vub_export *e, const struct vub_export_config *cfg)
