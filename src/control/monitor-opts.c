@@ -399,7 +399,7 @@ unsigned monitor_set_count(const struct monitor_set *ms)
 
 /* A chardev socket gets what bind() would give it under QEMU: 0777 less the
  * umask (read from /proc: umask() itself would change it for a moment). */
-static mode_t umask_mode(void)
+mode_t qmp_socket_mode(void)
 {
 	FILE *f = fopen("/proc/self/status", "re");
 	unsigned mask = 077;
@@ -435,7 +435,7 @@ static int monitor_config(struct monitor_set *ms, struct monitor_opt *m, struct 
 	c->used = true;
 	cfg->path = c->path;
 	cfg->fd = c->fd;
-	cfg->mode = umask_mode();
+	cfg->mode = qmp_socket_mode();
 	return 0;
 }
 
