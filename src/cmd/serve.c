@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "block/block.h"
+#include "block/graph.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
 #include "cmd/serve-monitor.h"
@@ -387,6 +388,9 @@ static int open_image(struct serve *sv, const char *arg, struct serve_image *img
 			fprintf(stderr, "ioplane serve: --image %s: %s\n", img->id, sv->err);
 		else if (kv_get(&o, "x-probed"))
 			blk_probe_warn(img->bs, kv_get(&o, "filename"));
+		/* The ID is the node-name when it is one (QMP finds it by that). */
+		if (ret == 0 && blk_node_name_check(img->id, sv->err, sizeof(sv->err)) == 0)
+			blk_node_set_name(img->bs, img->id, sv->err, sizeof(sv->err));
 		ret = ret == -EINVAL ? EXIT_USAGE : ret < 0 ? 1 : -1;
 	}
 	kv_free(&o);
@@ -864,14 +868,15 @@ static struct blk_node *vhost_find_image(void *ctx, const char *id)
 	return img ? img->bs : NULL;
 }
 
-/* Exports name nodes: for now the --image IDs. */
+/* Exports name nodes: an --image ID (its detect-zeroes with it), or any
+ * node-name of the graph. */
 static struct blk_node *export_find_node(void *ctx, const char *name, enum nbd_detect_zeroes *dz)
 {
 	struct serve_image *img = find_image(ctx, name);
 
 	if (img)
 		*dz = img->dz;
-	return img ? img->bs : NULL;
+	return img ? img->bs : blk_graph_find(name);
 }
 
 /* What QMP and the qsd options build exports and objects on. */

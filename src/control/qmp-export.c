@@ -3,9 +3,9 @@
  *
  * An export being removed stays in the list, shutting-down, until its
  * server says nothing refers to it any more (its requests in flight have
- * finished); then BLOCK_EXPORT_DELETED is sent and it is freed. Until the
- * node graph reference-counts nodes, an export's node belongs to the
- * daemon for its whole life, and permissions an export took stay taken.
+ * finished); then BLOCK_EXPORT_DELETED is sent, its reference to the node
+ * is dropped and it is freed. Permissions an export took stay with the
+ * node after it is gone (one set per node, not per user, for now).
  *
  * THREADING RULE: main thread only. */
 #include <errno.h>
@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "block/block.h"
+#include "block/graph.h"
 #include "control/monitor-opts.h"
 #include "control/qmp-export-int.h"
 #include "control/qmp-object.h"
@@ -33,6 +34,7 @@ static const char *const type_names[] = {"nbd", "vhost-user-blk"};
 struct qexp {
 	struct qexp *next;
 	char *id, *node;
+	struct blk_node *bs; /* holds a reference as "block export 'ID'" */
 	int type;
 	bool shutting_down;
 	struct nbd_server *srv; /* NBD: the server it is on */
@@ -338,8 +340,19 @@ static int qexp_check(const json_t *args, struct qexp *x, struct nbd_server *srv
 	return 0;
 }
 
+static void user_name(const struct qexp *x, char *buf, size_t len)
+{
+	snprintf(buf, len, "block export '%s'", x->id);
+}
+
 static void qexp_free(struct qexp *x)
 {
+	char user[160];
+
+	if (x->bs) {
+		user_name(x, user, sizeof(user));
+		blk_unref(x->bs, user);
+	}
 	put_loops(x);
 	free(x->id);
 	free(x->node);
@@ -366,6 +379,13 @@ static int qexp_build(const json_t *args, struct qexp *x, const struct qmp_expor
 		ret = add_nbd(args, x, bs, dz, err, errlen);
 	else if (ret == 0)
 		ret = add_vub(args, x, bs, xt, err, errlen);
+	if (ret == 0) {
+		char user[160];
+
+		user_name(x, user, sizeof(user));
+		blk_ref(bs, user);
+		x->bs = bs;
+	}
 	return ret;
 }
 
