@@ -67,6 +67,8 @@ struct serve {
 	struct nbd_budget *budget; /* shared by the NBD servers */
 	int64_t poll_max_ns; /* iothreads' adaptive polling limit (-1: default) */
 	const char *pidfile;
+	bool daemonize; /* --daemonize */
+	int ready_fd;   /* the child of --daemonize tells its parent here */
 	struct pidfile pf; /* locked from start-up to exit */
 	char **image_args, **nbd_args, **vhost_args;
 	unsigned nimages, nnbd, nvhost;
@@ -91,7 +93,7 @@ struct serve {
 static void serve_usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--max-connections N]\n"
+		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--daemonize] [--max-connections N]\n"
 		"         [--max-request-memory SIZE]\n"
 		"         --image ID,file=PATH[,format=raw|qcow2][,cache=none|writeback]\n"
 		"               [,aio=io_uring|native|threads][,read-only=on]\n"
@@ -150,7 +152,11 @@ static void serve_usage(FILE *f)
 		"                         else is held\n"
 		"  --pidfile FILE         write the process ID there once listening; the file\n"
 		"                         is locked for the daemon's life (a second instance\n"
-		"                         on it is refused) and removed at exit\n"
+		"                         on it is refused) and removed at exit; it must be a\n"
+		"                         regular file (a FIFO or device there is refused)\n"
+		"  --daemonize            run in the background: the command returns (exit 0)\n"
+		"                         once every export listens, or exits 1 with the\n"
+		"                         error if start-up fails; logs then go to /dev/null\n"
 		"  -v, --verbose          log debug messages    -q, --quiet   log errors only\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -199,6 +205,7 @@ static const struct option serve_long_opts[] = {
 	{"export", required_argument, NULL, 'E'},
 	{"nbd-server", required_argument, NULL, 'N'},
 	{"blockdev", required_argument, NULL, 'B'},
+	{"daemonize", no_argument, NULL, 'D'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"help", no_argument, NULL, 'h'},
@@ -232,6 +239,9 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	}
 	case 'p':
 		sv->pidfile = arg;
+		return -1;
+	case 'D':
+		sv->daemonize = true;
 		return -1;
 	case 'i':
 		sv->image_args[sv->nimages++] = (char *)arg;
@@ -938,6 +948,7 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 		status = 1;
 	}
 	if (status < 0) {
+		daemon_ready(sv->ready_fd); /* --daemonize: the parent exits 0 now */
 		/* Connections are accepted from here on, by the main loop. */
 		log_info("serving %u export(s) with %u iothread(s)", qmp_export_count(),
 			 sv->nthreads);
@@ -961,7 +972,11 @@ int cmd_serve(int argc, char **argv)
 	sv->poll_max_ns = -1;
 	sv->max_conns = DEFAULT_MAX_CONNS;
 	sv->request_memory = DEFAULT_REQUEST_MEMORY;
+	sv->ready_fd = -1;
 	status = serve_parse(sv, argc, argv);
+	/* Before any thread: only the forking thread survives a fork. */
+	if (status < 0 && sv->daemonize && (sv->ready_fd = daemon_start()) < 0)
+		status = 1;
 	if (status < 0) {
 		block_signals(&set);
 		status = serve_run(sv, &set);
