@@ -31,6 +31,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "block/graph.h"
 #include "export/vhost-user-blk.h"
 #include "export/vhost-user.h"
 #include "loop/loop.h"
@@ -100,6 +101,7 @@ struct vub_export {
 	struct unix_listener ul;
 	struct loop_fd listen_h;
 	bool listening, stopping;
+	bool notifier; /* registered for the node's resizes */
 	struct vblk_dev blk;
 	struct vub_queue *queues;
 	unsigned nqueues;
@@ -715,6 +717,25 @@ static const struct vu_dev_ops vub_ops = {
 	.closed = vub_closed,
 };
 
+/* blk_resize() of the node (main thread, after the drain): the capacity
+ * follows, and a front-end that gave a back-end channel re-reads the
+ * configuration space; the guest sees the new size without a reboot. */
+static void vub_resized(struct blk_node *bs, void *opaque)
+{
+	struct vub_export *e = opaque;
+	int ret;
+
+	(void)bs;
+	vblk_dev_resized(&e->blk);
+	if (!e->conn)
+		return;
+	ret = vu_dev_config_changed(e->conn);
+	if (ret == -ENOTCONN)
+		log_info("%s: resized; the front-end gave no back-end channel to tell", e->name);
+	else if (ret < 0)
+		log_warn("%s: resized, but the front-end could not be told", e->name);
+}
+
 /* ---- the listening socket --------------------------------------------------------- */
 
 int vub_export_attach_fd(struct vub_export *e, int fd)
@@ -853,6 +874,12 @@ int vub_export_start(const struct vub_export_config *cfg, struct vub_export **ou
 	ret = vblk_dev_init(&e->blk, cfg->bs, &cfg->blk, err, errlen);
 	if (ret < 0)
 		goto fail;
+	ret = blk_resize_notifier_add(cfg->bs, vub_resized, e);
+	if (ret < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	e->notifier = true;
 	e->blk.num_queues = e->nqueues;
 	e->path = cfg->path ? strdup(cfg->path) : NULL;
 	if ((cfg->path && !e->path) || vub_queues_init(e, cfg) < 0) {
@@ -886,6 +913,8 @@ void vub_export_free(struct vub_export *e)
 
 	if (!e)
 		return;
+	if (e->notifier)
+		blk_resize_notifier_del(e->blk.bs, vub_resized, e);
 	vub_listen_watch(e, false);
 	unix_listener_close(&e->ul);
 	for (i = 0; e->queues && i < e->nqueues; i++) {
