@@ -79,23 +79,11 @@ unsigned qmp_export_count(void)
 
 /* ---- pieces shared by both types ---------------------------------------- */
 
-/* QEMU's id_wellformed(). */
-static bool id_ok(const char *id)
-{
-	if (!((*id >= 'a' && *id <= 'z') || (*id >= 'A' && *id <= 'Z')))
-		return false;
-	for (id++; *id; id++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._",
-			    *id))
-			return false;
-	return true;
-}
-
 void qmp_export_make_id(const char *want, const char *prefix, char *out, size_t len)
 {
 	unsigned i;
 
-	if (want && strlen(want) < len && id_ok(want) && !find(want)) {
+	if (want && strlen(want) < len && qapi_id_wellformed(want) && !find(want)) {
 		snprintf(out, len, "%s", want);
 		return;
 	}
@@ -325,7 +313,7 @@ static int qexp_check(const json_t *args, struct qexp *x, struct nbd_server *srv
 		snprintf(err, errlen, "Block export id '%s' is already in use", x->id);
 		return -EEXIST;
 	}
-	if (!id_ok(x->id)) {
+	if (!qapi_id_wellformed(x->id)) {
 		snprintf(err, errlen, "Invalid block export id");
 		return -EINVAL;
 	}

@@ -73,20 +73,6 @@ static struct qobj *find_loop(const struct loop *loop)
 	return NULL;
 }
 
-/* QEMU's id_wellformed(): a letter, then letters, digits, '-', '.', '_'. */
-static bool id_wellformed(const char *id)
-{
-	size_t i;
-
-	if (!((id[0] >= 'a' && id[0] <= 'z') || (id[0] >= 'A' && id[0] <= 'Z')))
-		return false;
-	for (i = 1; id[i]; i++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._",
-			    id[i]))
-			return false;
-	return true;
-}
-
 static int check_props(const json_t *args, int64_t v[4], char *err, size_t errlen)
 {
 	static const char *const names[4] = {"poll-max-ns", "poll-grow", "poll-shrink",
@@ -139,7 +125,7 @@ int qmp_object_add(const json_t *args, char *err, size_t errlen)
 	int64_t v[4];
 	int ret;
 
-	if (!id_wellformed(id)) {
+	if (!qapi_id_wellformed(id)) {
 		snprintf(err, errlen, "Parameter 'id' expects an identifier");
 		return -EINVAL;
 	}

@@ -131,19 +131,8 @@ def qemu_io(uri, cmd):
 
 
 def wait_event(c, eid):
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        for e in c.events:
-            if e['event'] == 'BLOCK_EXPORT_DELETED' and e['data'] == {'id': eid}:
-                c.events.remove(e)
-                return
-        try:
-            m = c.recv(0.5)
-            if 'event' in m:
-                c.events.append(m)
-        except TimeoutError:
-            pass
-    fail('no BLOCK_EXPORT_DELETED for %s (got %r)' % (eid, c.events))
+    if not c.wait_event('BLOCK_EXPORT_DELETED', {'id': eid}):
+        fail('no BLOCK_EXPORT_DELETED for %s (got %r)' % (eid, c.events))
 
 
 def effects_after(tmp, kind, what, c, held):

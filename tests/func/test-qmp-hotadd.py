@@ -51,19 +51,10 @@ def vhost_features(path):
 
 def events_deleted(c, want, deadline):
     got = set()
-    while time.monotonic() < deadline and not want <= got:
-        for e in c.events:
-            if e['event'] == 'BLOCK_EXPORT_DELETED':
-                got.add(e['data']['id'])
-        c.events = []
-        if want <= got:
-            break
-        try:
-            m = c.recv(1)
-            if 'event' in m:
-                c.events.append(m)
-        except TimeoutError:
-            pass
+    for eid in sorted(want):
+        if c.wait_event('BLOCK_EXPORT_DELETED', {'id': eid},
+                        max(deadline - time.monotonic(), 0.1)):
+            got.add(eid)
     return got
 
 
