@@ -90,6 +90,7 @@ int serve_qsd_objects(struct serve_qsd *q)
 
 int serve_qsd_start(struct serve_qsd *q)
 {
+	const struct qmp_export_extra cmdline = {.cmdline = true};
 	char err[512];
 	json_t *o;
 	size_t i;
@@ -99,7 +100,7 @@ int serve_qsd_start(struct serve_qsd *q)
 	if (q->nbd_server && qmp_nbd_server_start(q->nbd_server, err, sizeof(err)) < 0)
 		return qsd_fail("nbd-server", "", err, 1);
 	json_array_foreach (q->exports, i, o) {
-		if (qmp_export_add(o, NULL, err, sizeof(err)) < 0)
+		if (qmp_export_add(o, &cmdline, err, sizeof(err)) < 0)
 			return qsd_fail("export", qapi_get_str(o, "id"), err, 1);
 	}
 	return -1;

@@ -135,8 +135,11 @@ static int take_loops(const json_t *args, struct qexp *x, char *err, size_t errl
 	return 0;
 }
 
-/* A socket the parent passed in: a decimal fd that is a listening socket. */
-static int listening_fd(const char *s, char *err, size_t errlen)
+/* A socket the parent passed in: a decimal fd that is a listening socket.
+ * Only on the command line: over QMP a number would name any fd of the
+ * daemon (a monitor's socket, an image), and fd passing (getfd) is QEMU's
+ * alone, as qsd says. */
+static int listening_fd(const char *s, bool cmdline, char *err, size_t errlen)
 {
 	int acc = 0, fd;
 	socklen_t len = sizeof(acc);
@@ -144,6 +147,10 @@ static int listening_fd(const char *s, char *err, size_t errlen)
 	char *end;
 	long v;
 
+	if (!cmdline) {
+		snprintf(err, errlen, "only QEMU supports file descriptor passing");
+		return -EINVAL;
+	}
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (errno || end == s || *end || v < 0 || v > INT32_MAX) {
@@ -245,7 +252,8 @@ static int vub_check(const json_t *args, const char *id, struct vub_export_confi
 }
 
 /* addr: a unix path, or a listening fd; returns the fd, or 0 for a path. */
-static int vub_addr(const json_t *addr, struct vub_export_config *cfg, char *err, size_t errlen)
+static int vub_addr(const json_t *addr, bool cmdline, struct vub_export_config *cfg, char *err,
+		    size_t errlen)
 {
 	const char *type = qapi_get_str(addr, "type");
 
@@ -254,7 +262,7 @@ static int vub_addr(const json_t *addr, struct vub_export_config *cfg, char *err
 		return 0;
 	}
 	if (!strcmp(type, "fd"))
-		return listening_fd(qapi_get_str(addr, "str"), err, errlen);
+		return listening_fd(qapi_get_str(addr, "str"), cmdline, err, errlen);
 	snprintf(err, errlen, "Only socket address types 'unix' and 'fd' are supported");
 	return -EINVAL;
 }
@@ -265,7 +273,8 @@ static int add_vub(const json_t *args, struct qexp *x, struct blk_node *bs,
 	struct vub_export_config cfg = {.bs = bs, .main_loop = env.main_loop};
 	int fd, ret = vub_check(args, x->id, &cfg, err, errlen);
 
-	if (ret < 0 || (fd = vub_addr(qapi_get(args, "addr"), &cfg, err, errlen)) < 0)
+	if (ret < 0 ||
+	    (fd = vub_addr(qapi_get(args, "addr"), xt && xt->cmdline, &cfg, err, errlen)) < 0)
 		return ret < 0 ? ret : fd;
 	cfg.mode = xt ? xt->mode : 0;
 	cfg.loops = x->nheld ? x->held : env.loops;
@@ -490,7 +499,8 @@ static void query_block_exports(struct qmp_req *req, json_t *args)
 
 /* ---- the NBD server ------------------------------------------------------ */
 
-static int nbd_listen(struct nbd_server *s, const json_t *addr, char *err, size_t errlen)
+static int nbd_listen(struct nbd_server *s, const json_t *addr, bool cmdline, char *err,
+		      size_t errlen)
 {
 	const char *type = qapi_get_str(addr, "type");
 	int fd, ret;
@@ -505,7 +515,7 @@ static int nbd_listen(struct nbd_server *s, const json_t *addr, char *err, size_
 		snprintf(err, errlen, "vsock sockets are not supported by ioplane");
 		return -ENOTSUP;
 	}
-	fd = listening_fd(qapi_get_str(addr, "str"), err, errlen);
+	fd = listening_fd(qapi_get_str(addr, "str"), cmdline, err, errlen);
 	if (fd < 0)
 		return fd;
 	ret = nbd_server_listen_fd(s, fd);
@@ -515,7 +525,8 @@ static int nbd_listen(struct nbd_server *s, const json_t *addr, char *err, size_
 }
 
 /* addr is SocketAddress (flat: --nbd-server) */
-static int server_start(const json_t *args, const json_t *addr, char *err, size_t errlen)
+static int server_start(const json_t *args, const json_t *addr, bool cmdline, char *err,
+			size_t errlen)
 {
 	struct nbd_server_config cfg = {.main_loop = env.main_loop,
 					.loops = env.loops,
@@ -539,7 +550,7 @@ static int server_start(const json_t *args, const json_t *addr, char *err, size_
 		snprintf(err, errlen, "%s", strerror(-ret));
 		return ret;
 	}
-	ret = nbd_listen(qmp_srv, addr, err, errlen);
+	ret = nbd_listen(qmp_srv, addr, cmdline, err, errlen);
 	if (ret < 0) {
 		nbd_server_free(qmp_srv);
 		qmp_srv = NULL;
@@ -549,7 +560,7 @@ static int server_start(const json_t *args, const json_t *addr, char *err, size_
 
 int qmp_nbd_server_start(const json_t *args, char *err, size_t errlen)
 {
-	return server_start(args, qapi_get(args, "addr"), err, errlen);
+	return server_start(args, qapi_get(args, "addr"), true, err, errlen);
 }
 
 static void nbd_server_start_cmd(struct qmp_req *req, json_t *args)
@@ -564,7 +575,7 @@ static void nbd_server_start_cmd(struct qmp_req *req, json_t *args)
 		return;
 	}
 	json_object_set(addr, "type", qapi_get(qapi_get(args, "addr"), "type"));
-	if (server_start(args, addr, err, sizeof(err)) < 0)
+	if (server_start(args, addr, false, err, sizeof(err)) < 0)
 		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
 	else
 		qmp_return(req, NULL);
@@ -598,7 +609,12 @@ static void server_stop(void (*done)(void *opaque), void *opaque)
 		o->next = old_srvs;
 		old_srvs = o;
 	}
-	nbd_server_drain(qmp_srv, done ? done : old_srv_drained, done ? opaque : (void *)o);
+	if (!done && o) {
+		done = old_srv_drained;
+		opaque = o;
+	}
+	/* Without memory for o (and not at shutdown) the server is leaked. */
+	nbd_server_drain(qmp_srv, done, opaque);
 	qmp_srv = NULL;
 }
 

@@ -45,12 +45,13 @@ int qmp_export_init(const struct qmp_export_env *env);
 struct qmp_export_extra {
 	struct nbd_server *nbd; /* type nbd: this server (an --nbd address), not the QMP one */
 	mode_t mode;            /* vhost-user-blk: socket permissions (0: 0600) */
+	bool cmdline;           /* addr.type=fd allowed: a socket from the parent */
 };
 
 /* block-export-add: args validated against qmp_block_export_options. 0, or
  * -errno with qsd's message in err. */
 int qmp_export_add(const json_t *args, const struct qmp_export_extra *x, char *err, size_t errlen);
-/* nbd-server-start with NbdServerOptions (flat addr, as --nbd-server). */
+/* --nbd-server: nbd-server-start with NbdServerOptions (flat addr; fd allowed). */
 int qmp_nbd_server_start(const json_t *args, char *err, size_t errlen);
 
 /* Shutdown: stop accepting and drop every export's clients (requests in

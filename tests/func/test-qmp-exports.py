@@ -15,8 +15,9 @@ qemu-storage-daemon and `ioplane serve`:
    --object / --nbd-server / --export on the command line build what QMP builds.
 
 Exit 0 pass, 77 skip, 1 fail."""
-import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _nbdproto import Closed as NbdClosed, Conn  # noqa: E402
-from _qmp import IOPLANE, QSD, Daemon, skip  # noqa: E402
+from _qmp import IOPLANE, QSD, Client, Daemon, skip  # noqa: E402
 from _qmp import fail as _fail  # noqa: E402
 
 
@@ -308,6 +309,57 @@ def cmdline(tmp, img):
         fail('--export without node-name: %d %r' % (bad.returncode, bad.stderr))
 
 
+def fd_passing(tmp, img):
+    """addr.type=fd: listening sockets from the parent, on the command line only."""
+    ls = []
+    for name in ('fd-nbd.sock', 'fd-vu.sock'):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(os.path.join(tmp, name))
+        s.listen(4)
+        ls.append(s)
+    mon = os.path.join(tmp, 'fd.qmp')
+    p = subprocess.Popen([IOPLANE, 'serve', '-q', '--image', 'n0,file=%s,format=raw' % img,
+                          '--nbd-server', 'addr.type=fd,addr.str=%d' % ls[0].fileno(),
+                          '--export', 'type=nbd,id=e0,node-name=n0',
+                          '--export', 'type=vhost-user-blk,id=v0,node-name=n0,addr.type=fd,'
+                          'addr.str=%d' % ls[1].fileno(), '--monitor', 'unix=' + mon],
+                         pass_fds=[s.fileno() for s in ls], stdin=subprocess.DEVNULL)
+    ok = False
+    try:
+        for s in ls:
+            s.close()
+        for _ in range(1000):
+            if os.path.exists(mon):
+                break
+            time.sleep(0.01)
+        c = Client(mon).negotiate()
+        r = qemu_io('nbd+unix:///n0?socket=%s' % os.path.join(tmp, 'fd-nbd.sock'),
+                    'read -P 0x%x 0 4k' % PATTERN)
+        if r.returncode or 'read 4096/4096' not in r.stdout:
+            fail('--nbd-server addr.type=fd: qemu-io: %s %s' % (r.stdout, r.stderr))
+        fe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fe.settimeout(10)
+        fe.connect(os.path.join(tmp, 'fd-vu.sock'))
+        fe.sendall(struct.pack('<III', 1, 1, 0))  # GET_FEATURES
+        if len(fe.recv(20, socket.MSG_WAITALL)) != 20:
+            fail('--export vhost-user-blk addr.type=fd does not answer')
+        fe.close()
+        # Over QMP a number would name any fd of the daemon: refused, as qsd does.
+        r = c.cmd('block-export-add', {'type': 'vhost-user-blk', 'id': 'v1', 'node-name': 'n0',
+                                       'addr': {'type': 'fd', 'str': '3'}})
+        if r.get('error', {}).get('desc') != 'only QEMU supports file descriptor passing':
+            fail('block-export-add with addr.type=fd over QMP: %r' % r)
+        c.cmd('quit')
+        p.wait(timeout=30)
+        ok = p.returncode == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if not ok:
+        fail('the daemon with passed sockets exited %r' % p.returncode)
+
+
 def main():
     if not QSD:
         skip('qemu-storage-daemon is not installed')
@@ -323,6 +375,7 @@ def main():
         i = run(tmp, 'ioplane', img, ro)
         compare(q, i)
         cmdline(tmp, img)
+        fd_passing(tmp, img)
     print('ok: %d steps alike (%d documented differences)' % (len(q), len(DIFFER)))
 
 
