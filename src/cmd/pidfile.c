@@ -1,4 +1,4 @@
-/* The locked pidfile of `ioplane serve` (see pidfile.h).
+/* The locked pidfile of `ioplane serve`, and --daemonize (see pidfile.h).
  *
  * Threading: main thread only. */
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cmd/pidfile.h"
@@ -43,11 +44,19 @@ static int lock_once(struct pidfile *pf, const char *path, char *err, size_t err
 	char holder[24];
 	int fd, ret;
 
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	/* O_NONBLOCK: a FIFO at the path must not hold the daemon up. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
 	if (fd < 0) {
 		ret = -errno;
 		snprintf(err, errlen, "--pidfile %s: %s", path, strerror(-ret));
 		return ret;
+	}
+	/* Nor may a FIFO or a device there be truncated, written, or removed
+	 * at exit (as pidfile_release() would). */
+	if (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode)) {
+		snprintf(err, errlen, "--pidfile %s: not a regular file", path);
+		close(fd);
+		return -EINVAL;
 	}
 	ret = lock_whole(fd);
 	if (ret == -EAGAIN) {
@@ -119,4 +128,67 @@ void pidfile_release(struct pidfile *pf)
 	pf->fd = -1;
 	free(pf->path);
 	pf->path = NULL;
+}
+
+/* ---- --daemonize ------------------------------------------------------- */
+
+static void daemon_parent(int fd, pid_t child)
+{
+	char c = 1;
+	ssize_t n;
+	int st;
+
+	do
+		n = read(fd, &c, 1);
+	while (n < 0 && errno == EINTR);
+	if (n == 1 && c == 0)
+		_exit(0);
+	/* The child failed before it was ready: it said why on stderr. */
+	while (waitpid(child, &st, 0) < 0 && errno == EINTR)
+		;
+	_exit(1);
+}
+
+int daemon_start(void)
+{
+	int p[2];
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		fprintf(stderr, "ioplane serve: --daemonize: %s\n", strerror(errno));
+		return -1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "ioplane serve: --daemonize: fork: %s\n", strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		return -1;
+	}
+	if (pid > 0) {
+		close(p[1]);
+		daemon_parent(p[0], pid);
+	}
+	close(p[0]);
+	setsid();
+	return p[1];
+}
+
+void daemon_ready(int fd)
+{
+	char c = 0;
+	int null;
+
+	if (fd < 0)
+		return;
+	null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+		close(null);
+	}
+	while (write(fd, &c, 1) < 0 && errno == EINTR)
+		;
+	close(fd);
 }

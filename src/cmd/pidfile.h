@@ -26,4 +26,13 @@ int pidfile_write(struct pidfile *pf, char *err, size_t errlen);
 /* Remove the file if it is still the one we locked, then drop the lock. */
 void pidfile_release(struct pidfile *pf);
 
+/* --daemonize, as qemu-storage-daemon's: fork; the parent waits until the
+ * child says it is ready (then exits 0) or the child fails first (then
+ * exits 1: the child's messages went to the shared stderr). In the child
+ * (a new session) this returns the fd to pass to daemon_ready(); -1 and a
+ * message on stderr if the fork itself fails. Before any thread starts. */
+int daemon_start(void);
+/* Serving: release the parent, and send stdin, stdout, stderr to /dev/null. */
+void daemon_ready(int fd);
+
 #endif

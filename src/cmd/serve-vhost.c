@@ -1,7 +1,8 @@
-/* --vhost-user-blk for `ioplane serve`: parse each export's options, start
- * it on the iothreads, stop and free it at shutdown. Queues of successive
- * exports continue the round-robin over the iothreads, so that queue 0 of
- * every export does not land on the same thread.
+/* --vhost-user-blk for `ioplane serve`: parse each export's options and
+ * create it with block-export-add's function (qmp-export.c), which also
+ * stops and frees it. Queues of successive exports continue the round-robin
+ * over the iothreads, so that queue 0 of every export does not land on the
+ * same thread.
  *
  * THREADING RULE: main thread only. */
 #include <errno.h>
@@ -11,16 +12,12 @@
 #include <unistd.h>
 
 #include "cmd/serve-vhost.h"
+#include "control/qmp-export.h"
 #include "export/vhost-user-blk.h"
 #include "util/log.h"
 #include "util/opts.h"
 
 #define EXIT_USAGE 1 /* a bad command line, as in qemu-storage-daemon */
-
-struct serve_vhost {
-	unsigned n;
-	struct vub_export **exps;
-};
 
 static int vhost_usage(const char *what, const char *arg)
 {
@@ -75,6 +72,7 @@ static int vhost_parse(struct kv_opts *o, const char *arg, struct vub_export_con
 	cfg->blk.serial = kv_get(o, "serial");
 	if (cfg->blk.serial && strlen(cfg->blk.serial) > VIRTIO_BLK_ID_BYTES)
 		return vhost_usage("serial has at most 20 characters:", cfg->blk.serial);
+	kv_get(o, "id");
 	if (kv_get(o, "mode") && parse_mode(kv_get(o, "mode"), &cfg->mode) < 0)
 		return vhost_usage("mode must be octal permissions like 0660, not", kv_get(o, "mode"));
 	unused = kv_first_unused(o);
@@ -85,78 +83,65 @@ static int vhost_parse(struct kv_opts *o, const char *arg, struct vub_export_con
 	return -1;
 }
 
-static int vhost_start_one(struct serve_vhost *v, const char *arg, struct vub_export_config *cfg,
-			   struct blk_node *(*find)(void *, const char *), void *ctx)
+static json_t *vhost_args(struct kv_opts *o, const struct vub_export_config *cfg)
 {
-	struct kv_opts o = {0};
-	char err[256];
-	int ret = vhost_parse(&o, arg, cfg, find, ctx);
+	const char *img = kv_get(o, "image"), *given = kv_get(o, "id");
+	char id[128];
+	json_t *a;
 
-	if (ret < 0 && vub_export_start(cfg, &v->exps[v->n], err, sizeof(err)) < 0) {
-		fprintf(stderr, "ioplane serve: --vhost-user-blk %s: %s\n", cfg->path, err);
-		ret = EXIT_USAGE;
-	}
+	if (given)
+		snprintf(id, sizeof(id), "%s", given);
+	else
+		qmp_export_make_id(img, "vhost", id, sizeof(id));
+	a = json_pack("{s:s,s:s,s:s,s:{s:s,s:s},s:i,s:I,s:b}", "type", "vhost-user-blk", "id", id,
+		      "node-name", img, "addr", "type", "unix", "path", cfg->path, "num-queues",
+		      (int)cfg->blk.num_queues, "logical-block-size",
+		      (json_int_t)cfg->blk.logical_block_size, "writable", cfg->blk.writable);
+	if (a && cfg->blk.serial)
+		json_object_set_new(a, "serial", json_string(cfg->blk.serial));
+	return a;
+}
+
+/* Through block-export-add's own function. */
+static int vhost_start_one(const char *arg, struct blk_node *(*find)(void *, const char *),
+			   void *ctx)
+{
+	struct vub_export_config cfg = {0};
+	struct qmp_export_extra x = {0};
+	struct kv_opts o = {0};
+	json_t *args = NULL;
+	char err[512];
+	int ret = vhost_parse(&o, arg, &cfg, find, ctx);
+
 	if (ret < 0) {
-		v->n++;
-		cfg->first_loop += cfg->blk.num_queues;
-		/* Not a command-line error: said and counted as --nbd's are. */
-		if (vub_export_listen(v->exps[v->n - 1], err, sizeof(err)) < 0) {
-			log_err("%s", err);
+		x.mode = cfg.mode;
+		args = vhost_args(&o, &cfg);
+		ret = args ? qmp_export_add(args, &x, err, sizeof(err)) : -ENOMEM;
+		if (ret < 0 && !strncmp(err, "cannot listen on", 16)) {
+			log_err("%s", err); /* a socket, counted as --nbd's */
 			ret = 1;
+		} else if (ret < 0) {
+			fprintf(stderr, "ioplane serve: --vhost-user-blk %s: %s\n", cfg.path, err);
+			ret = EXIT_USAGE;
+		} else {
+			ret = -1;
 		}
 	}
-	kv_free(&o); /* the export copied what it keeps */
+	json_decref(args);
+	kv_free(&o);
 	return ret;
 }
 
 int serve_vhost_start(char **args, unsigned n,
-		      struct blk_node *(*find_image)(void *ctx, const char *id), void *ctx,
-		      struct loop *main_loop, struct loop **loops, unsigned nloops,
-		      struct serve_vhost **out)
+		      struct blk_node *(*find_image)(void *ctx, const char *id), void *ctx)
 {
-	struct vub_export_config cfg = {.main_loop = main_loop, .loops = loops, .nloops = nloops};
-	struct serve_vhost *v = calloc(1, sizeof(*v));
 	unsigned i;
 	int ret;
 
-	*out = v;
-	if (!v || !(v->exps = calloc(n ? n : 1, sizeof(*v->exps))))
-		return 1;
 	for (i = 0; i < n; i++) {
-		unsigned first = cfg.first_loop;
-
-		memset(&cfg.blk, 0, sizeof(cfg.blk));
-		cfg.mode = 0;
-		cfg.first_loop = first;
-		ret = vhost_start_one(v, args[i], &cfg, find_image, ctx);
+		ret = vhost_start_one(args[i], find_image, ctx);
 		if (ret >= 0)
 			return ret;
 	}
 	return -1;
-}
-
-unsigned serve_vhost_stop(struct serve_vhost *v, void (*done)(void *opaque), void *opaque)
-{
-	unsigned i;
-
-	for (i = 0; v && i < v->n; i++)
-		vub_export_stop(v->exps[i], done, opaque);
-	return v ? v->n : 0;
-}
-
-unsigned serve_vhost_count(const struct serve_vhost *v)
-{
-	return v ? v->n : 0;
-}
-
-void serve_vhost_free(struct serve_vhost *v)
-{
-	unsigned i;
-
-	if (!v)
-		return;
-	for (i = 0; i < v->n; i++)
-		vub_export_free(v->exps[i]);
-	free(v->exps);
-	free(v);
 }

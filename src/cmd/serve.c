@@ -23,14 +23,16 @@
 #include <unistd.h>
 
 #include "block/block.h"
+#include "block/graph.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
-#include "block/graph.h"
 #include "cmd/serve-monitor.h"
+#include "cmd/serve-qsd.h"
 #include "control/qmp-block.h"
 #include "cmd/serve-vhost.h"
 #include "export/nbd-server.h"
-#include "loop/iothread.h"
+#include "control/qmp-export.h"
+#include "control/qmp-object.h"
 #include "loop/loop.h"
 #include "util/log.h"
 #include "util/opts.h"
@@ -66,15 +68,16 @@ struct serve {
 	struct nbd_budget *budget; /* shared by the NBD servers */
 	int64_t poll_max_ns; /* iothreads' adaptive polling limit (-1: default) */
 	const char *pidfile;
+	bool daemonize; /* --daemonize */
+	int ready_fd;   /* the child of --daemonize tells its parent here */
 	struct pidfile pf; /* locked from start-up to exit */
 	char **image_args, **nbd_args, **vhost_args;
 	unsigned nimages, nnbd, nvhost;
-	struct serve_vhost *vhost; /* --vhost-user-blk exports (serve-vhost.c) */
+	struct serve_qsd *qsd;     /* --object, --export, --nbd-server (serve-qsd.c) */
 	struct monitor_set *monitors; /* --monitor, --chardev (serve-monitor.c) */
 	struct serve_image *images;
 	struct serve_nbd *nbds;
-	struct iothread **threads;
-	struct loop **loops;
+	struct loop **loops; /* the --iothreads pool (qmp-object.c owns it) */
 	unsigned nthreads;
 	struct loop *main_loop;
 	struct nbd_server **servers;
@@ -91,7 +94,7 @@ struct serve {
 static void serve_usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--max-connections N]\n"
+		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--daemonize] [--max-connections N]\n"
 		"         [--max-request-memory SIZE]\n"
 		"         --image ID,file=PATH[,format=raw|qcow2][,cache=none|writeback]\n"
 		"               [,aio=io_uring|native|threads][,read-only=on]\n"
@@ -106,6 +109,8 @@ static void serve_usage(FILE *f)
 		"               [,logical-block-size=512|4096][,serial=TEXT][,mode=OCTAL]\n"
 		"         --monitor unix=PATH[,mode=OCTAL][,pretty=on]\n"
 		"         --chardev socket,id=ID,path=PATH,server=on[,wait=off] --monitor [chardev=]ID\n"
+		"         --object iothread,id=ID[,poll-max-ns=NS]   --nbd-server addr.type=unix,addr.path=P\n"
+		"         --export type=nbd|vhost-user-blk,id=ID,node-name=IMAGE-ID[,...]\n"
 		"\n"
 		"Serves disk images over NBD and vhost-user-blk until SIGTERM, SIGINT or QMP\n"
 		"quit, then finishes the requests in flight, flushes, closes the images and\n"
@@ -136,7 +141,14 @@ static void serve_usage(FILE *f)
 		"                         clients at once; fd=N serves a socket passed in instead\n"
 		"  --chardev SPEC         qemu-storage-daemon's form: a socket (path= or fd=) that\n"
 		"                         --monitor chardev=ID serves\n"
-		"  --iothreads N          threads serving connections (default: CPU count)\n"
+		"  --object SPEC          qemu-storage-daemon's: a named iothread (object-add's\n"
+		"                         arguments) that exports name with iothread=ID\n"
+		"  --nbd-server SPEC      qemu-storage-daemon's NBD server (nbd-server-start's\n"
+		"                         arguments: addr.type=unix|inet|fd, max-connections=N)\n"
+		"  --export SPEC          qemu-storage-daemon's block-export-add: type=nbd or\n"
+		"                         vhost-user-blk, node-name= an --image ID; keyval or JSON\n"
+		"  --iothreads N          threads serving connections (default: CPU count), named\n"
+		"                         iothread0 ..\n"
 		"  --poll-max-ns NS       iothreads busy-poll up to NS before sleeping (adaptive;\n"
 		"                         default 32768, 0 turns polling off)\n"
 		"  --max-connections N    NBD connections per listening address (default 256;\n"
@@ -148,7 +160,11 @@ static void serve_usage(FILE *f)
 		"                         else is held\n"
 		"  --pidfile FILE         write the process ID there once listening; the file\n"
 		"                         is locked for the daemon's life (a second instance\n"
-		"                         on it is refused) and removed at exit\n"
+		"                         on it is refused) and removed at exit; it must be a\n"
+		"                         regular file (a FIFO or device there is refused)\n"
+		"  --daemonize            run in the background: the command returns (exit 0)\n"
+		"                         once every export listens, or exits 1 with the\n"
+		"                         error if start-up fails; logs then go to /dev/null\n"
 		"  -v, --verbose          log debug messages    -q, --quiet   log errors only\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -195,6 +211,11 @@ static const struct option serve_long_opts[] = {
 	{"vhost-user-blk", required_argument, NULL, 'u'},
 	{"monitor", required_argument, NULL, 'Q'},
 	{"chardev", required_argument, NULL, 'C'},
+	{"object", required_argument, NULL, 'O'},
+	{"export", required_argument, NULL, 'E'},
+	{"nbd-server", required_argument, NULL, 'N'},
+	{"blockdev", required_argument, NULL, 'B'},
+	{"daemonize", no_argument, NULL, 'D'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"quiet", no_argument, NULL, 'q'},
 	{"help", no_argument, NULL, 'h'},
@@ -229,6 +250,9 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'p':
 		sv->pidfile = arg;
 		return -1;
+	case 'D':
+		sv->daemonize = true;
+		return -1;
 	case 'i':
 		sv->image_args[sv->nimages++] = (char *)arg;
 		return -1;
@@ -241,6 +265,12 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'Q':
 	case 'C':
 		return serve_monitor_opt(&sv->monitors, c == 'C', arg);
+	case 'O':
+	case 'E':
+	case 'N':
+	case 'B':
+		return serve_qsd_opt(&sv->qsd, c == 'O' ? "object" : c == 'E' ? "export" :
+					       c == 'N' ? "nbd-server" : "blockdev", arg);
 	case 'v':
 		log_set_level(LOG_DEBUG);
 		return -1;
@@ -275,9 +305,10 @@ static int serve_parse(struct serve *sv, int argc, char **argv)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
-	if (!sv->nnbd && !sv->nvhost && !serve_monitor_count(sv->monitors))
-		return usage_error("%s", "nothing to serve: give at least one --nbd, --vhost-user-blk "
-					 "or --monitor");
+	if (!sv->nnbd && !sv->nvhost && !serve_monitor_count(sv->monitors) &&
+	    !serve_qsd_count(sv->qsd))
+		return usage_error("%s", "nothing to serve: give at least one --nbd, --vhost-user-blk, "
+					 "--export, --nbd-server or --monitor");
 	if (!sv->niothreads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -377,6 +408,9 @@ static int open_image(struct serve *sv, const char *arg, struct serve_image *img
 			fprintf(stderr, "ioplane serve: --image %s: %s\n", img->id, sv->err);
 		else if (kv_get(&o, "x-probed"))
 			blk_probe_warn(img->bs, kv_get(&o, "filename"));
+		/* The ID is the node-name when it is one (QMP finds it by that). */
+		if (ret == 0 && blk_node_name_check(img->id, sv->err, sizeof(sv->err)) == 0)
+			blk_node_set_name(img->bs, img->id, sv->err, sizeof(sv->err));
 		ret = ret == -EINVAL ? EXIT_USAGE : ret < 0 ? 1 : -1;
 	}
 	kv_free(&o);
@@ -534,6 +568,7 @@ static int nbd_parse(struct serve *sv, const char *arg, struct serve_nbd *n)
 		return usage_error("--nbd: no --image with ID '%s'", id);
 	kv_get(&n->o, "name");
 	kv_get(&n->o, "description");
+	kv_get(&n->o, "id");
 	if (kv_get_bool(&n->o, "writable", &b) < 0)
 		return usage_error("--nbd '%s': writable must be on or off", arg);
 	if (kv_get(&n->o, "mode") && parse_mode(kv_get(&n->o, "mode"), &mode) < 0)
@@ -544,17 +579,30 @@ static int nbd_parse(struct serve *sv, const char *arg, struct serve_nbd *n)
 	return -1;
 }
 
-static int add_export(struct serve *sv, struct serve_nbd *n)
+/* Through block-export-add's own function, on this address's server. */
+static int add_export(struct serve *sv, struct serve_nbd *n, unsigned idx)
 {
-	struct nbd_export_config ec = {0};
-	const char *name = kv_get(&n->o, "name");
+	struct qmp_export_extra x = {.nbd = n->srv};
+	const char *name = kv_get(&n->o, "name"), *desc = kv_get(&n->o, "description");
+	bool w = false;
+	char id[128];
+	json_t *args;
+	int ret;
 
-	ec.name = name ? name : n->img->id;
-	ec.description = kv_get(&n->o, "description");
-	ec.bs = n->img->bs;
-	ec.detect_zeroes = n->img->dz;
-	kv_get_bool(&n->o, "writable", &ec.writable);
-	if (nbd_server_add_export(n->srv, &ec, sv->err, sizeof(sv->err)) < 0) {
+	name = name ? name : n->img->id;
+	kv_get_bool(&n->o, "writable", &w);
+	(void)idx;
+	if (kv_get(&n->o, "id"))
+		snprintf(id, sizeof(id), "%s", kv_get(&n->o, "id"));
+	else
+		qmp_export_make_id(name, "nbd", id, sizeof(id));
+	args = json_pack("{s:s,s:s,s:s,s:s,s:b}", "type", "nbd", "id", id, "node-name",
+			 n->img->id, "name", name, "writable", w);
+	if (args && desc)
+		json_object_set_new(args, "description", json_string(desc));
+	ret = args ? qmp_export_add(args, &x, sv->err, sizeof(sv->err)) : -ENOMEM;
+	json_decref(args);
+	if (ret < 0) {
 		fprintf(stderr, "ioplane serve: --nbd: %s\n", sv->err);
 		return EXIT_USAGE;
 	}
@@ -618,7 +666,7 @@ static int setup_nbd(struct serve *sv)
 
 	sv->nbds = calloc(sv->nnbd, sizeof(*sv->nbds));
 	sv->servers = calloc(sv->nnbd, sizeof(*sv->servers));
-	if (!sv->nbds || !sv->servers || nbd_budget_new(sv->request_memory, &sv->budget) < 0)
+	if (!sv->nbds || !sv->servers)
 		return 1;
 	for (i = 0; i < sv->nnbd; i++) {
 		ret = nbd_parse(sv, sv->nbd_args[i], &sv->nbds[i]);
@@ -627,7 +675,7 @@ static int setup_nbd(struct serve *sv)
 	}
 	for (i = 0; i < sv->nnbd; i++) {
 		ret = nbd_server_for(sv, &sv->nbds[i]);
-		if (ret >= 0 || (ret = add_export(sv, &sv->nbds[i])) >= 0)
+		if (ret >= 0 || (ret = add_export(sv, &sv->nbds[i], i)) >= 0)
 			return ret;
 	}
 	/* Listen only when every export is known: a client may come at once. */
@@ -658,30 +706,6 @@ static void free_nbd(struct serve *sv)
 
 /* ---- iothreads ---------------------------------------------------------- */
 
-static int start_iothreads(struct serve *sv)
-{
-	struct loop_opts lo = {.backend = LOOP_BACKEND_AUTO, .poll_max_ns = sv->poll_max_ns};
-	char name[32];
-	unsigned i;
-	int ret;
-
-	sv->threads = calloc(sv->niothreads, sizeof(*sv->threads));
-	sv->loops = calloc(sv->niothreads, sizeof(*sv->loops));
-	if (!sv->threads || !sv->loops)
-		return 1;
-	for (i = 0; i < sv->niothreads; i++) {
-		snprintf(name, sizeof(name), "iothread%u", i);
-		ret = iothread_start(name, &lo, &sv->threads[i]);
-		if (ret < 0) {
-			log_err("cannot start %s: %s", name, strerror(-ret));
-			return 1;
-		}
-		sv->loops[i] = iothread_loop(sv->threads[i]);
-		sv->nthreads++;
-	}
-	return -1;
-}
-
 /* On each iothread before it goes: drivers drop their per-thread state, in
  * every node of each image's graph (backing and data-file nodes too). */
 static void detach_images(void *arg)
@@ -690,16 +714,26 @@ static void detach_images(void *arg)
 	blk_graph_detach_loop(loop_current()); /* every node: --image's and blockdev-add's */
 }
 
+static int start_iothreads(struct serve *sv)
+{
+	int ret;
+
+	/* Before any export takes a use of one of them. */
+	qmp_objects_set_detach(detach_images, sv);
+	ret = qmp_iothread_pool(sv->niothreads, sv->poll_max_ns, &sv->loops, sv->err,
+				sizeof(sv->err));
+	if (ret < 0) {
+		log_err("cannot start the iothreads: %s", *sv->err ? sv->err : strerror(-ret));
+		return 1;
+	}
+	sv->nthreads = sv->niothreads;
+	return -1;
+}
+
 static void stop_iothreads(struct serve *sv)
 {
-	unsigned i;
-
-	for (i = 0; i < sv->nthreads; i++) {
-		iothread_run_sync(sv->threads[i], detach_images, sv);
-		iothread_join(sv->threads[i]);
-	}
-	free(sv->threads);
-	free(sv->loops);
+	(void)sv;
+	qmp_objects_free();
 }
 
 /* ---- signals and shutdown ----------------------------------------------- */
@@ -722,6 +756,7 @@ static void abort_all(struct serve *sv)
 
 	for (i = 0; i < sv->nservers; i++)
 		nbd_server_abort(sv->servers[i]);
+	qmp_exports_abort();
 }
 
 static void drain_timeout(struct loop_timer *t)
@@ -752,7 +787,7 @@ static void begin_shutdown(struct serve *sv, int sig)
 	for (i = 0; i < sv->nservers; i++)
 		nbd_server_stop_listening(sv->servers[i]);
 	sv->draining = sv->nservers;
-	sv->draining += serve_vhost_stop(sv->vhost, server_drained, sv);
+	sv->draining += qmp_exports_stop(server_drained, sv);
 	if (!sv->draining) {
 		loop_stop(sv->main_loop); /* nothing to drain: monitors only */
 		return;
@@ -829,8 +864,10 @@ static void serve_teardown(struct serve *sv, int *status)
 	sv->monitors = NULL;
 	/* Iothreads first: every message they were sent has run once joined. */
 	stop_iothreads(sv);
-	serve_vhost_free(sv->vhost);
+	qmp_exports_free(); /* before the --nbd servers: it refers to their exports */
 	free_nbd(sv);
+	serve_qsd_free(sv->qsd);
+	sv->qsd = NULL;
 	close_images(sv, status);
 	qmp_block_close_all(); /* the nodes of blockdev-add */
 	if (sv->sig_h.fd > 0) {
@@ -846,6 +883,38 @@ static struct blk_node *vhost_find_image(void *ctx, const char *id)
 	struct serve_image *img = find_image(ctx, id);
 
 	return img ? img->bs : NULL;
+}
+
+/* Exports name nodes: an --image ID (its detect-zeroes with it), or any
+ * node-name of the graph. */
+static struct blk_node *export_find_node(void *ctx, const char *name, enum nbd_detect_zeroes *dz)
+{
+	struct serve_image *img = find_image(ctx, name);
+
+	if (img)
+		*dz = img->dz;
+	return img ? img->bs : blk_graph_find(name);
+}
+
+/* What QMP and the qsd options build exports and objects on. */
+static int setup_control(struct serve *sv)
+{
+	struct qmp_export_env env = {.main_loop = sv->main_loop, .loops = sv->loops,
+				     .nloops = sv->nthreads, .nbd_max_connections = sv->max_conns,
+				     .find_node = export_find_node, .ctx = sv};
+	int ret;
+
+	if (nbd_budget_new(sv->request_memory, &sv->budget) < 0)
+		return 1;
+	env.budget = sv->budget;
+	ret = qmp_export_init(&env);
+	if (ret == 0)
+		ret = qmp_object_register();
+	if (ret < 0) {
+		log_err("cannot register the QMP commands: %s", strerror(-ret));
+		return 1;
+	}
+	return serve_qsd_start(sv->qsd);
 }
 
 static int serve_run(struct serve *sv, const sigset_t *set)
@@ -868,12 +937,15 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 	if (status < 0)
 		status = lock_images(sv);
 	if (status < 0)
+		status = serve_qsd_objects(sv->qsd);
+	if (status < 0)
 		status = start_iothreads(sv);
+	if (status < 0)
+		status = setup_control(sv);
 	if (status < 0)
 		status = setup_nbd(sv);
 	if (status < 0)
-		status = serve_vhost_start(sv->vhost_args, sv->nvhost, vhost_find_image, sv,
-					   sv->main_loop, sv->loops, sv->nthreads, &sv->vhost);
+		status = serve_vhost_start(sv->vhost_args, sv->nvhost, vhost_find_image, sv);
 	if (status < 0)
 		status = setup_signals(sv, set);
 	if (status < 0)
@@ -883,8 +955,9 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 		status = 1;
 	}
 	if (status < 0) {
+		daemon_ready(sv->ready_fd); /* --daemonize: the parent exits 0 now */
 		/* Connections are accepted from here on, by the main loop. */
-		log_info("serving %u export(s) with %u iothread(s)", sv->nnbd + sv->nvhost,
+		log_info("serving %u export(s) with %u iothread(s)", qmp_export_count(),
 			 sv->nthreads);
 		loop_run(sv->main_loop);
 		status = 0;
@@ -906,7 +979,11 @@ int cmd_serve(int argc, char **argv)
 	sv->poll_max_ns = -1;
 	sv->max_conns = DEFAULT_MAX_CONNS;
 	sv->request_memory = DEFAULT_REQUEST_MEMORY;
+	sv->ready_fd = -1;
 	status = serve_parse(sv, argc, argv);
+	/* Before any thread: only the forking thread survives a fork. */
+	if (status < 0 && sv->daemonize && (sv->ready_fd = daemon_start()) < 0)
+		status = 1;
 	if (status < 0) {
 		block_signals(&set);
 		status = serve_run(sv, &set);
@@ -915,6 +992,7 @@ int cmd_serve(int argc, char **argv)
 	free(sv->nbd_args);
 	free(sv->vhost_args);
 	serve_monitor_free(sv->monitors);
+	serve_qsd_free(sv->qsd);
 	free(sv);
 	return status;
 }

@@ -149,16 +149,6 @@ static json_t *qemuopts_parse(const char *arg, char *err, size_t errlen)
 	return o;
 }
 
-static bool id_wellformed(const char *id)
-{
-	if (!isalpha((unsigned char)*id))
-		return false;
-	for (; *id; id++)
-		if (!isalnum((unsigned char)*id) && !strchr("-._", *id))
-			return false;
-	return true;
-}
-
 /* A decimal fd number (QEMU's message when it is not one). */
 static int parse_fd(const char *s, int *fd, char *err, size_t errlen)
 {
@@ -226,7 +216,7 @@ static int chardev_check(json_t *o, char *err, size_t errlen)
 		snprintf(err, errlen, "chardev: no id specified");
 		return -EINVAL;
 	}
-	if (!id_wellformed(id)) {
+	if (!qapi_id_wellformed(id)) {
 		snprintf(err, errlen, "Parameter 'id' expects an identifier");
 		return -EINVAL;
 	}
@@ -399,7 +389,7 @@ unsigned monitor_set_count(const struct monitor_set *ms)
 
 /* A chardev socket gets what bind() would give it under QEMU: 0777 less the
  * umask (read from /proc: umask() itself would change it for a moment). */
-static mode_t umask_mode(void)
+mode_t qmp_socket_mode(void)
 {
 	FILE *f = fopen("/proc/self/status", "re");
 	unsigned mask = 077;
@@ -435,7 +425,7 @@ static int monitor_config(struct monitor_set *ms, struct monitor_opt *m, struct 
 	c->used = true;
 	cfg->path = c->path;
 	cfg->fd = c->fd;
-	cfg->mode = umask_mode();
+	cfg->mode = qmp_socket_mode();
 	return 0;
 }
 

@@ -12,6 +12,7 @@
 #define IOPLANE_CONTROL_MONITOR_OPTS_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 struct loop;
 struct monitor_set;
@@ -28,5 +29,9 @@ unsigned monitor_set_count(const struct monitor_set *ms);
 int monitor_set_start(struct monitor_set *ms, struct loop *main_loop, char *err, size_t errlen);
 void monitor_set_stop_listening(struct monitor_set *ms);
 void monitor_set_free(struct monitor_set *ms);
+
+/* What a socket qsd creates by path (a chardev, nbd-server-start's unix
+ * address) gets under QEMU: 0777 less the umask. */
+mode_t qmp_socket_mode(void);
 
 #endif

@@ -180,3 +180,13 @@ int qapi_get_enum(const json_t *o, const char *key, const struct qapi_type *t, i
 
 	return s ? qapi_enum_index(t, s) : dflt;
 }
+
+bool qapi_id_wellformed(const char *id)
+{
+	if (!isalpha((unsigned char)*id))
+		return false;
+	for (; *id; id++)
+		if (!isalnum((unsigned char)*id) && !strchr("-._", *id))
+			return false;
+	return true;
+}

@@ -136,6 +136,9 @@ int qapi_parse_bool(const char *s, bool *out);
 int qapi_parse_int(const char *s, int64_t *out);
 int qapi_parse_uint(const char *s, uint64_t *out);
 int qapi_parse_size(const char *s, uint64_t *out);
+/* QEMU's id_wellformed(): a letter, then letters, digits, '-', '.', '_' (the
+ * ids of objects, chardevs, exports). */
+bool qapi_id_wellformed(const char *id);
 
 /* Accessors for validated objects. Absent members give dflt (str: NULL). A
  * uint64 or size member is kept as a JSON integer holding the same 64 bits. */

@@ -47,6 +47,8 @@ static void conn_free(struct nbd_conn *c)
 	nbd_req_free_all(c);
 	free(c->rbuf);
 	free(c->hbuf);
+	nbd_export_put(c->exp);
+	nbd_export_put(c->meta_exp);
 	nbd_server_conn_gone(c->srv, c->slot);
 	free(c);
 }

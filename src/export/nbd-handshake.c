@@ -82,10 +82,12 @@ static int enter_transmission(struct nbd_conn *c, struct nbd_export *e)
 
 	if (ret < 0)
 		return ret;
-	c->exp = e;
+	c->exp = e; /* takes the caller's reference */
 	c->tflags = nbd_export_tflags(e, c->structured || c->extended);
 	/* Block status needs a context selected for this very export. */
 	c->meta_alloc = c->meta_alloc && c->meta_exp == e;
+	nbd_export_put(c->meta_exp);
+	c->meta_exp = NULL;
 	c->phase = NBD_PHASE_TRANSMISSION;
 	if (loop_timer_armed(&c->timer))
 		loop_timer_cancel(c->loop, &c->timer);
@@ -112,8 +114,10 @@ static int opt_export_name(struct nbd_conn *c, const uint8_t *data, uint32_t len
 		return -ENOENT;
 	}
 	memset(r, 0, sizeof(r));
-	if (enter_transmission(c, e) < 0)
+	if (enter_transmission(c, e) < 0) {
+		nbd_export_put(e);
 		return -ENOMEM;
+	}
 	nbd_put64(r, blk_size(e->bs));
 	nbd_put16(r + 8, c->tflags);
 	nbd_conn_kick(c);
@@ -129,6 +133,7 @@ static int opt_list(struct nbd_conn *c, uint32_t len)
 	if (len)
 		return opt_error(c, NBD_OPT_LIST, NBD_REP_ERR_INVALID,
 				 "NBD_OPT_LIST takes no data");
+	nbd_exports_lock(c->srv); /* the main thread may add or remove one */
 	for (e = c->srv->exports; e && !ret; e = e->next) {
 		uint32_t nl = (uint32_t)strlen(e->name);
 		uint32_t dl = e->description ? (uint32_t)strlen(e->description) : 0;
@@ -142,6 +147,7 @@ static int opt_list(struct nbd_conn *c, uint32_t len)
 		if (!ret && dl)
 			ret = nbd_conn_hbuf_append(c, e->description, dl);
 	}
+	nbd_exports_unlock(c->srv);
 	return ret ? ret : opt_reply(c, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
 }
 
@@ -233,8 +239,9 @@ static int opt_info_go(struct nbd_conn *c, uint32_t opt, const uint8_t *data, ui
 	ret = info_replies(c, opt, e, want);
 	if (!ret)
 		ret = opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
-	if (!ret && opt == NBD_OPT_GO)
-		ret = enter_transmission(c, e);
+	if (!ret && opt == NBD_OPT_GO && !(ret = enter_transmission(c, e)))
+		return 0; /* the connection keeps the reference */
+	nbd_export_put(e);
 	return ret;
 }
 
@@ -288,6 +295,7 @@ static int opt_meta(struct nbd_conn *c, uint32_t opt, const uint8_t *data, uint3
 
 	if (set) { /* replaces the selection even when it fails */
 		c->meta_alloc = false;
+		nbd_export_put(c->meta_exp);
 		c->meta_exp = NULL;
 	}
 	if (!c->structured && !c->extended)
@@ -303,9 +311,11 @@ static int opt_meta(struct nbd_conn *c, uint32_t opt, const uint8_t *data, uint3
 		ret = opt_reply(c, opt, NBD_REP_META_CONTEXT, ctx, sizeof(ctx));
 		if (set) {
 			c->meta_alloc = true;
-			c->meta_exp = e;
+			c->meta_exp = e; /* keeps the reference */
+			e = NULL;
 		}
 	}
+	nbd_export_put(e);
 	return ret ? ret : opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
 }
 

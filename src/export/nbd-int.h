@@ -43,13 +43,22 @@
 
 /* ---- server ------------------------------------------------------------ */
 
+/* An export. name .. detect_zeroes are immutable. The server's list holds
+ * one reference until the export is removed, and so does each connection
+ * whose exp or meta_exp points to it; the last put sends gone_msg to the
+ * main loop, which frees it (nbd-server.c). */
 struct nbd_export {
-	struct nbd_export *next;
+	struct nbd_export *next; /* protected by srv->exports_lock */
 	char *name;
 	char *description; /* NULL: none */
 	struct blk_node *bs;
 	bool writable;
 	enum nbd_detect_zeroes detect_zeroes;
+	struct nbd_server *srv;
+	atomic_uint refs;
+	struct loop_msg gone_msg;
+	void (*gone_cb)(void *opaque); /* main thread: set when it is removed */
+	void *gone_opaque;
 };
 
 struct nbd_conn;
@@ -94,6 +103,9 @@ struct nbd_server {
 	struct loop **loops;
 	unsigned nloops;
 	unsigned max_connections;
+	/* Changed by the main thread at any time, read by the connections'
+	 * loops in the handshake; both under exports_lock. */
+	pthread_mutex_t exports_lock;
 	struct nbd_export *exports;
 	struct nbd_listener *listeners;
 	struct nbd_slot slots[LOOP_MAX_THREADS];
@@ -108,7 +120,13 @@ struct nbd_server {
 	uint64_t accepted, refused; /* main thread */
 };
 
+/* The export a client names, with a reference the caller gives back with
+ * nbd_export_put() (any thread); NULL: none. */
 struct nbd_export *nbd_export_find(struct nbd_server *s, const char *name, size_t len);
+void nbd_export_put(struct nbd_export *e);
+/* Hold the export list still while walking srv->exports (NBD_OPT_LIST). */
+void nbd_exports_lock(struct nbd_server *s);
+void nbd_exports_unlock(struct nbd_server *s);
 /* Transmission flags of an export for a connection with these options. */
 uint16_t nbd_export_tflags(const struct nbd_export *e, bool structured);
 /* Called by a connection when it is freed (its thread). */

@@ -76,6 +76,7 @@ int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out)
 	s->max_connections = cfg->max_connections;
 	s->budget = cfg->budget;
 	s->drained_msg.cb = drained_cb;
+	pthread_mutex_init(&s->exports_lock, NULL);
 	for (i = 0; i < n; i++)
 		slot_for(s, s->loops[i]);
 	*out = s;
@@ -84,15 +85,58 @@ int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out)
 
 /* ---- exports ------------------------------------------------------------ */
 
+void nbd_exports_lock(struct nbd_server *s)
+{
+	pthread_mutex_lock(&s->exports_lock);
+}
+
+void nbd_exports_unlock(struct nbd_server *s)
+{
+	pthread_mutex_unlock(&s->exports_lock);
+}
+
 struct nbd_export *nbd_export_find(struct nbd_server *s, const char *name, size_t len)
 {
 	struct nbd_export *e;
 
+	nbd_exports_lock(s);
 	for (e = s->exports; e; e = e->next)
 		if (strlen(e->name) == len && !memcmp(e->name, name, len))
-			return e;
+			break;
 	/* The empty name asks for the default export: the first one. */
-	return len == 0 ? s->exports : NULL;
+	if (!e && len == 0)
+		e = s->exports;
+	if (e)
+		atomic_fetch_add(&e->refs, 1);
+	nbd_exports_unlock(s);
+	return e;
+}
+
+static void export_free(struct nbd_export *e)
+{
+	free(e->name);
+	free(e->description);
+	free(e);
+}
+
+static void export_gone_cb(struct loop_msg *m)
+{
+	struct nbd_export *e = container_of(m, struct nbd_export, gone_msg);
+
+	if (e->gone_cb)
+		e->gone_cb(e->gone_opaque);
+	export_free(e);
+}
+
+void nbd_export_put(struct nbd_export *e)
+{
+	if (e && atomic_fetch_sub(&e->refs, 1) == 1)
+		loop_send(e->srv->main_loop, &e->gone_msg);
+}
+
+unsigned nbd_export_users(const struct nbd_export *e)
+{
+	return atomic_load(&e->refs) - 1; /* the list's */
 }
 
 uint16_t nbd_export_tflags(const struct nbd_export *e, bool structured)
@@ -120,8 +164,28 @@ static char *dup_or_null(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
-int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *ec, char *err,
-			  size_t errlen)
+static struct nbd_export *export_new(struct nbd_server *s, const struct nbd_export_config *ec)
+{
+	struct nbd_export *e = calloc(1, sizeof(*e));
+
+	if (!e || !(e->name = strdup(ec->name)) ||
+	    (ec->description && !(e->description = dup_or_null(ec->description)))) {
+		if (e)
+			free(e->name);
+		free(e);
+		return NULL;
+	}
+	e->bs = ec->bs;
+	e->writable = ec->writable;
+	e->detect_zeroes = ec->detect_zeroes;
+	e->srv = s;
+	e->gone_msg.cb = export_gone_cb;
+	atomic_init(&e->refs, 1);
+	return e;
+}
+
+int nbd_server_export_add(struct nbd_server *s, const struct nbd_export_config *ec,
+			  struct nbd_export **out, char *err, size_t errlen)
 {
 	struct nbd_export *e, **tail;
 	size_t len = strlen(ec->name);
@@ -131,31 +195,37 @@ int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *
 			 NBD_MAX_STRING);
 		return -EINVAL;
 	}
-	for (tail = &s->exports; *tail; tail = &(*tail)->next) {
-		if (!strcmp((*tail)->name, ec->name)) {
-			snprintf(err, errlen, "export name '%s' used twice", ec->name);
-			return -EEXIST;
-		}
-	}
 	if (ec->writable && ec->bs->read_only) {
 		snprintf(err, errlen, "export '%s' is writable but its image is read-only",
 			 ec->name);
 		return -EROFS;
 	}
-	e = calloc(1, sizeof(*e));
-	if (!e || !(e->name = strdup(ec->name)) ||
-	    (ec->description && !(e->description = dup_or_null(ec->description)))) {
-		if (e)
-			free(e->name);
-		free(e);
+	e = export_new(s, ec);
+	if (!e) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	e->bs = ec->bs;
-	e->writable = ec->writable;
-	e->detect_zeroes = ec->detect_zeroes;
-	*tail = e;
+	nbd_exports_lock(s);
+	for (tail = &s->exports; *tail; tail = &(*tail)->next)
+		if (!strcmp((*tail)->name, ec->name))
+			break;
+	if (!*tail)
+		*tail = e; /* published: clients may find it from here on */
+	nbd_exports_unlock(s);
+	if (*tail != e) {
+		snprintf(err, errlen, "export name '%s' used twice", ec->name);
+		export_free(e);
+		return -EEXIST;
+	}
+	if (out)
+		*out = e;
 	return 0;
+}
+
+int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *ec, char *err,
+			  size_t errlen)
+{
+	return nbd_server_export_add(s, ec, NULL, err, errlen);
 }
 
 /* ---- accepting ---------------------------------------------------------- */
@@ -357,6 +427,11 @@ int nbd_server_listen_tcp(struct nbd_server *s, const char *host, const char *po
 	return 0;
 }
 
+int nbd_server_listen_fd(struct nbd_server *s, int fd)
+{
+	return add_listener(s, fd, NULL);
+}
+
 void nbd_server_stop_listening(struct nbd_server *s)
 {
 	struct nbd_listener *l;
@@ -425,6 +500,66 @@ static void for_each_slot(struct nbd_server *s, bool abort)
 	}
 }
 
+/* ---- removing one export ------------------------------------------------ */
+
+struct kill_msg {
+	struct loop_msg m;
+	struct nbd_slot *slot;
+	struct nbd_export *e; /* holds a reference until it ran */
+};
+
+static void slot_kill_cb(struct loop_msg *m)
+{
+	struct kill_msg *km = container_of(m, struct kill_msg, m);
+	struct nbd_server *s = km->slot->srv;
+	struct nbd_conn *c, *next;
+
+	for (c = km->slot->conns; c; c = next) {
+		next = c->next;
+		if (c->exp == km->e || c->meta_exp == km->e)
+			nbd_conn_close(c, "export removed");
+	}
+	nbd_export_put(km->e);
+	free(km);
+	atomic_fetch_sub(&s->pending_msgs, 1);
+	maybe_drained(s);
+}
+
+void nbd_server_export_del(struct nbd_server *s, struct nbd_export *e,
+			   void (*done)(void *opaque), void *opaque)
+{
+	struct nbd_export **pp;
+	unsigned i;
+
+	nbd_exports_lock(s);
+	for (pp = &s->exports; *pp && *pp != e; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = e->next;
+	nbd_exports_unlock(s);
+	e->gone_cb = done;
+	e->gone_opaque = opaque;
+	/* A connection that found it before the unlink is on some slot. */
+	for (i = 0; i < LOOP_MAX_THREADS; i++) {
+		struct loop *loop = atomic_load(&s->slots[i].loop);
+		struct kill_msg *km;
+
+		if (!loop)
+			continue;
+		km = malloc(sizeof(*km));
+		if (!km) {
+			log_err("nbd: out of memory: clients of export '%s' stay connected",
+				e->name);
+			continue;
+		}
+		*km = (struct kill_msg){.m.cb = slot_kill_cb, .slot = &s->slots[i], .e = e};
+		atomic_fetch_add(&e->refs, 1);
+		atomic_fetch_add(&s->pending_msgs, 1);
+		loop_send(loop, &km->m);
+	}
+	nbd_export_put(e); /* the list's */
+}
+
 void nbd_server_drain(struct nbd_server *s, void (*done)(void *opaque), void *opaque)
 {
 	s->drained_cb = done;
@@ -451,10 +586,9 @@ void nbd_server_free(struct nbd_server *s)
 	nbd_server_stop_listening(s);
 	while ((e = s->exports)) {
 		s->exports = e->next;
-		free(e->name);
-		free(e->description);
-		free(e);
+		export_free(e);
 	}
+	pthread_mutex_destroy(&s->exports_lock);
 	free(s->loops);
 	free(s);
 }

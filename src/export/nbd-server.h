@@ -4,8 +4,8 @@
  * Threading: a server is created, configured, drained and freed on the main
  * thread, whose loop accepts connections. Each connection then lives on one
  * loop (an iothread's) for its whole life; connections are spread over the
- * loops given in the configuration. Exports are immutable once the server
- * listens. */
+ * loops given in the configuration. Exports are added and removed by the
+ * main thread at any time, also while clients connect and negotiate. */
 #ifndef IOPLANE_NBD_SERVER_H
 #define IOPLANE_NBD_SERVER_H
 
@@ -17,6 +17,7 @@
 struct blk_node;
 struct loop;
 struct nbd_budget;
+struct nbd_export;
 struct nbd_server;
 
 /* The largest READ or WRITE payload accepted, and advertised as the maximum
@@ -61,10 +62,22 @@ struct nbd_export_config {
 };
 
 int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out);
-/* Before listening. -EEXIST (duplicate name), -EROFS (writable on a read-only
- * node), -EINVAL (name too long). err gets a human message. */
+/* Add an export, before or while listening: clients negotiating afterwards
+ * find it. -EEXIST (duplicate name), -EROFS (writable on a read-only node),
+ * -EINVAL (name too long). err gets a human message. *out (if out is not
+ * NULL) names the export for nbd_server_export_del(). */
+int nbd_server_export_add(struct nbd_server *s, const struct nbd_export_config *e,
+			  struct nbd_export **out, char *err, size_t errlen);
 int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *e, char *err,
 			  size_t errlen);
+/* Connections that use the export or negotiate with it now. */
+unsigned nbd_export_users(const struct nbd_export *e);
+/* Remove it: no client finds it any more; those using it are disconnected,
+ * their requests in flight finishing first (replies dropped). done(opaque)
+ * runs on the main loop, in a later round, once nothing refers to it: the
+ * export is then freed. Every other export goes on undisturbed. */
+void nbd_server_export_del(struct nbd_server *s, struct nbd_export *e,
+			   void (*done)(void *opaque), void *opaque);
 /* Listen on a unix socket created with permissions `mode` (unix-listener.h's
  * rules: a live socket at PATH is refused, a stale one replaced), or on every
  * address HOST:PORT resolves to. */
@@ -72,6 +85,9 @@ int nbd_server_listen_unix(struct nbd_server *s, const char *path, mode_t mode, 
 			   size_t errlen);
 int nbd_server_listen_tcp(struct nbd_server *s, const char *host, const char *port, char *err,
 			  size_t errlen);
+/* Accept on fd, a listening socket the parent passed in (ownership passes
+ * on success). */
+int nbd_server_listen_fd(struct nbd_server *s, int fd);
 /* Serve an already connected socket (takes ownership of fd) on `loop`, which
  * must be the calling thread's loop. Used by tests and the fuzz target. */
 int nbd_server_attach_fd(struct nbd_server *s, struct loop *loop, int fd);

@@ -31,6 +31,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "block/graph.h"
 #include "export/vhost-user-blk.h"
 #include "export/vhost-user.h"
 #include "loop/loop.h"
@@ -100,6 +101,7 @@ struct vub_export {
 	struct unix_listener ul;
 	struct loop_fd listen_h;
 	bool listening, stopping;
+	bool notifier; /* registered for the node's resizes */
 	struct vblk_dev blk;
 	struct vub_queue *queues;
 	unsigned nqueues;
@@ -723,6 +725,25 @@ static const struct vu_dev_ops vub_ops = {
 	.closed = vub_closed,
 };
 
+/* blk_resize() of the node (main thread, after the drain): the capacity
+ * follows, and a front-end that gave a back-end channel re-reads the
+ * configuration space; the guest sees the new size without a reboot. */
+static void vub_resized(struct blk_node *bs, void *opaque)
+{
+	struct vub_export *e = opaque;
+	int ret;
+
+	(void)bs;
+	vblk_dev_resized(&e->blk);
+	if (!e->conn)
+		return;
+	ret = vu_dev_config_changed(e->conn);
+	if (ret == -ENOTCONN)
+		log_info("%s: resized; the front-end gave no back-end channel to tell", e->name);
+	else if (ret < 0)
+		log_warn("%s: resized, but the front-end could not be told", e->name);
+}
+
 /* ---- the listening socket --------------------------------------------------------- */
 
 int vub_export_attach_fd(struct vub_export *e, int fd)
@@ -801,6 +822,20 @@ int vub_export_listen(struct vub_export *e, char *err, size_t errlen)
 	return 0;
 }
 
+int vub_export_listen_fd(struct vub_export *e, int fd, char *err, size_t errlen)
+{
+	if (e->ul.fd >= 0 || e->stopping)
+		return -EINVAL;
+	e->ul.fd = fd;
+	vub_listen_watch(e, true);
+	if (!e->listening) {
+		snprintf(err, errlen, "cannot listen on fd %d: %s", fd, strerror(ENOMEM));
+		e->ul.fd = -1;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 /* ---- life cycle ---------------------------------------------------------------------- */
 
 static int vub_queues_init(struct vub_export *e, const struct vub_export_config *cfg)
@@ -850,6 +885,12 @@ int vub_export_start(const struct vub_export_config *cfg, struct vub_export **ou
 	ret = vblk_dev_init(&e->blk, cfg->bs, &cfg->blk, err, errlen);
 	if (ret < 0)
 		goto fail;
+	ret = blk_resize_notifier_add(cfg->bs, vub_resized, e);
+	if (ret < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	e->notifier = true;
 	e->blk.num_queues = e->nqueues;
 	e->path = cfg->path ? strdup(cfg->path) : NULL;
 	if ((cfg->path && !e->path) || vub_queues_init(e, cfg) < 0) {
@@ -883,6 +924,8 @@ void vub_export_free(struct vub_export *e)
 
 	if (!e)
 		return;
+	if (e->notifier)
+		blk_resize_notifier_del(e->blk.bs, vub_resized, e);
 	vub_listen_watch(e, false);
 	unix_listener_close(&e->ul);
 	for (i = 0; e->queues && i < e->nqueues; i++) {

@@ -2,6 +2,9 @@
  * cloud-hypervisor, `ioplane bench --vhost-user`) attaches a block node as
  * a virtio-blk device. Queue i runs on loops[(first_loop + i) % nloops].
  *
+ * Exports are started and stopped at any time, each on its own: one
+ * export's start or stop never pauses another's queues.
+ *
  * THREADING RULE: created, stopped and freed on the main thread, whose loop
  * (main_loop) accepts the connection and handles its messages; queues run on
  * their iothreads. */
@@ -36,6 +39,9 @@ int vub_export_start(const struct vub_export_config *cfg, struct vub_export **ou
 /* Listen on cfg->path, by unix-listener.h's rules (a live socket is refused,
  * a stale one replaced). err gets "cannot listen on PATH: REASON". */
 int vub_export_listen(struct vub_export *e, char *err, size_t errlen);
+/* Accept front-ends on fd, a listening socket the parent passed in
+ * (addr.type=fd); ownership passes on success. */
+int vub_export_listen_fd(struct vub_export *e, int fd, char *err, size_t errlen);
 /* Stop listening, drop the front-end (in-flight requests finish and reach
  * the used ring first); then done(opaque) runs on the main loop. */
 void vub_export_stop(struct vub_export *e, void (*done)(void *opaque), void *opaque);

@@ -55,6 +55,10 @@ struct vu_dev {
 	int fds[VU_MAX_FDS];
 	unsigned nfds;
 
+	/* The back-end channel (SET_BACKEND_REQ_FD): messages to the front-end,
+	 * only VHOST_USER_BACKEND_CONFIG_CHANGE_MSG so far; -1: none. */
+	int backend_fd;
+
 	unsigned pending; /* queue stops and fd hand-overs not finished yet */
 	bool busy;        /* a handler waits for `pending` to reach 0 */
 	/* What runs when it has: NULL, the handler again (a stop), else this. */

@@ -26,7 +26,8 @@
 #define VU_F_PROTOCOL (1ull << VHOST_USER_F_PROTOCOL_FEATURES)
 #define VU_OUR_PF                                                                                  \
 	(1ull << VHOST_USER_PROTOCOL_F_MQ | 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK |              \
-	 1ull << VHOST_USER_PROTOCOL_F_CONFIG | 1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD |     \
+	 1ull << VHOST_USER_PROTOCOL_F_BACKEND_REQ | 1ull << VHOST_USER_PROTOCOL_F_CONFIG |        \
+	 1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD |                                            \
 	 1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE |                                              \
 	 1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS)
 
@@ -440,6 +441,43 @@ static int h_set_protocol_features(struct vu_dev *d, struct vu_reply *rep)
 	return 0;
 }
 
+/* SET_BACKEND_REQ_FD: the channel for back-end initiated messages. */
+static int h_set_backend_req_fd(struct vu_dev *d, struct vu_reply *rep)
+{
+	struct stat st;
+	int fd;
+
+	(void)rep;
+	if (!vu_has_pf(d, VHOST_USER_PROTOCOL_F_BACKEND_REQ))
+		return -EINVAL;
+	fd = vu_take_fd(d, 0);
+
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		close(fd);
+		return -EINVAL;
+	}
+	close_fd(&d->backend_fd);
+	d->backend_fd = fd;
+	return 0;
+}
+
+#define VHOST_USER_BACKEND_CONFIG_CHANGE_MSG 2
+
+int vu_dev_config_changed(struct vu_dev *d)
+{
+	struct vu_msg_hdr hdr = {.request = VHOST_USER_BACKEND_CONFIG_CHANGE_MSG,
+				 .flags = VHOST_USER_VERSION};
+	ssize_t n;
+
+	if (d->backend_fd < 0 || d->closing || !vu_has_pf(d, VHOST_USER_PROTOCOL_F_CONFIG))
+		return -ENOTCONN;
+	/* No NEED_REPLY: waiting for the front-end's answer would block. */
+	do
+		n = send(d->backend_fd, &hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)sizeof(hdr) ? 0 : -EIO;
+}
+
 static int h_get_queue_num(struct vu_dev *d, struct vu_reply *rep)
 {
 	return reply_u64(rep, d->num_queues);
@@ -545,6 +583,7 @@ static const struct vu_handler handlers[VHOST_USER_MAX_REQUEST] = {
 					      "SET_PROTOCOL_FEATURES"},
 	[VHOST_USER_GET_QUEUE_NUM] = {h_get_queue_num, 0, 0, true, "GET_QUEUE_NUM"},
 	[VHOST_USER_SET_VRING_ENABLE] = {h_set_vring_enable, 8, 0, false, "SET_VRING_ENABLE"},
+	[VHOST_USER_SET_BACKEND_REQ_FD] = {h_set_backend_req_fd, 0, 1, false, "SET_BACKEND_REQ_FD"},
 	[VHOST_USER_GET_CONFIG] = {h_get_config, VAR, 0, true, "GET_CONFIG"},
 	[VHOST_USER_SET_CONFIG] = {h_set_config, VAR, 0, false, "SET_CONFIG"},
 	[VHOST_USER_GET_INFLIGHT_FD] = {vu_h_get_inflight_fd, VAR, 0, true, "GET_INFLIGHT_FD"},
@@ -839,6 +878,7 @@ int vu_dev_new(const struct vu_dev_config *cfg, int fd, struct vu_dev **out)
 		goto fail;
 	d->loop = cfg->loop;
 	d->fd = fd;
+	d->backend_fd = -1;
 	d->ops = cfg->ops;
 	d->opaque = cfg->opaque;
 	d->num_queues = cfg->num_queues;
@@ -868,6 +908,7 @@ static void vu_finalize(struct vu_dev *d)
 	vu_inflight_unmap(d);
 	msg_reset(d);
 	close_fd(&d->fd);
+	close_fd(&d->backend_fd);
 	d->ops->closed(d->opaque, d);
 }
 

@@ -44,6 +44,7 @@ enum vu_request {
 	VHOST_USER_SET_PROTOCOL_FEATURES = 16,
 	VHOST_USER_GET_QUEUE_NUM = 17,
 	VHOST_USER_SET_VRING_ENABLE = 18,
+	VHOST_USER_SET_BACKEND_REQ_FD = 21,
 	VHOST_USER_GET_CONFIG = 24,
 	VHOST_USER_SET_CONFIG = 25,
 	VHOST_USER_GET_INFLIGHT_FD = 31,
@@ -65,6 +66,7 @@ enum vu_request {
 
 #define VHOST_USER_PROTOCOL_F_MQ 0
 #define VHOST_USER_PROTOCOL_F_REPLY_ACK 3
+#define VHOST_USER_PROTOCOL_F_BACKEND_REQ 5
 #define VHOST_USER_PROTOCOL_F_CONFIG 9
 #define VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD 12
 #define VHOST_USER_PROTOCOL_F_RESET_DEVICE 13
@@ -178,6 +180,11 @@ void vu_dev_close(struct vu_dev *d);
 void vu_dev_free(struct vu_dev *d);
 struct vu_vq *vu_dev_vq(struct vu_dev *d, unsigned idx);
 uint64_t vu_dev_features(const struct vu_dev *d); /* negotiated */
+/* The configuration space changed (a resize): tell the front-end with
+ * VHOST_USER_BACKEND_CONFIG_CHANGE_MSG on the back-end channel, if it
+ * negotiated BACKEND_REQ and CONFIG and gave the channel. 0; -ENOTCONN
+ * without a channel; -EIO if the message could not be sent at once. */
+int vu_dev_config_changed(struct vu_dev *d);
 void vu_queue_stopped(struct vu_dev *d, unsigned idx);
 void vu_queue_fds_done(struct vu_dev *d, unsigned idx);
 /* Becomes non-zero (from any thread: the SIGBUS handler of util/mapguard.c)

@@ -60,12 +60,18 @@ uint64_t vblk_dev_features(const struct vblk_dev *d)
 	return f;
 }
 
+void vblk_dev_resized(struct vblk_dev *d)
+{
+	__atomic_store_n(&d->sectors, d->bs->size / d->lbs * (d->lbs / VIRTIO_BLK_SECTOR),
+			 __ATOMIC_RELAXED);
+}
+
 void vblk_dev_config(const struct vblk_dev *d, struct virtio_blk_config *c)
 {
 	uint32_t align = d->lbs / VIRTIO_BLK_SECTOR;
 
 	memset(c, 0, sizeof(*c));
-	c->capacity = htole64(d->sectors);
+	c->capacity = htole64(__atomic_load_n(&d->sectors, __ATOMIC_RELAXED));
 	c->size_max = htole32(VBLK_SIZE_MAX);
 	c->seg_max = htole32(VBLK_SEG_MAX);
 	c->blk_size = htole32(d->lbs);
@@ -129,9 +135,11 @@ static bool range_ok(const struct vblk_dev *d, uint64_t sector, uint64_t bytes)
 {
 	uint64_t align = d->lbs / VIRTIO_BLK_SECTOR;
 
+	uint64_t n = __atomic_load_n(&d->sectors, __ATOMIC_RELAXED); /* a resize may change it */
+
 	if (bytes % d->lbs || sector & (align - 1))
 		return false;
-	return sector <= d->sectors && bytes / VIRTIO_BLK_SECTOR <= d->sectors - sector;
+	return sector <= n && bytes / VIRTIO_BLK_SECTOR <= n - sector;
 }
 
 static void vblk_complete(struct blk_request *breq, int ret)

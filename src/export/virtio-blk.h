@@ -96,7 +96,9 @@ struct vblk_dev_opts {
 
 struct vblk_dev {
 	struct blk_node *bs;
-	uint64_t sectors; /* capacity in 512-byte sectors, a multiple of lbs */
+	/* Capacity in 512-byte sectors, a multiple of lbs: written by the main
+	 * thread on a resize, read by the queues' threads (relaxed atomics). */
+	uint64_t sectors;
 	uint32_t lbs;
 	bool read_only;
 	uint8_t writeback; /* 1: write-back cache; 0: writes are FUA */
@@ -108,6 +110,8 @@ int vblk_dev_init(struct vblk_dev *d, struct blk_node *bs, const struct vblk_dev
 		  size_t errlen);
 uint64_t vblk_dev_features(const struct vblk_dev *d);
 void vblk_dev_config(const struct vblk_dev *d, struct virtio_blk_config *cfg);
+/* The node was resized: the capacity follows (main thread). */
+void vblk_dev_resized(struct vblk_dev *d);
 /* A driver write to the configuration space: only `writeback` is writable.
  * -EINVAL for anything else. */
 int vblk_dev_set_config(struct vblk_dev *d, uint32_t off, const uint8_t *buf, uint32_t len);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "loop/coroutine.h"
 #include "loop/iothread.h"
@@ -24,6 +25,7 @@ struct iothread {
 	char name[64];
 	struct loop_opts opts;
 	struct loop *loop;
+	pid_t ktid;    /* the kernel thread id, valid after `started` */
 	int start_ret; /* loop_new's result, valid after `started` */
 	sem_t started;
 	/* Posted by iothread_join() once it no longer touches the loop:
@@ -68,6 +70,7 @@ static void *iothread_main(void *arg)
 
 	snprintf(comm, sizeof(comm), "%.15s", t->name);
 	pthread_setname_np(pthread_self(), comm);
+	t->ktid = gettid();
 	t->start_ret = loop_new(&t->opts, &loop);
 	if (t->start_ret == 0) {
 		loop_bind_current(loop);
@@ -134,6 +137,11 @@ struct loop *iothread_loop(struct iothread *t)
 const char *iothread_name(const struct iothread *t)
 {
 	return t->name;
+}
+
+pid_t iothread_tid(const struct iothread *t)
+{
+	return t->ktid;
 }
 
 void iothread_join(struct iothread *t)

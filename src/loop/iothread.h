@@ -3,6 +3,8 @@
 #ifndef IOPLANE_IOTHREAD_H
 #define IOPLANE_IOTHREAD_H
 
+#include <sys/types.h>
+
 #include "loop/loop.h"
 
 struct iothread;
@@ -10,6 +12,8 @@ struct iothread;
 int iothread_start(const char *name, const struct loop_opts *opts, struct iothread **out);
 struct loop *iothread_loop(struct iothread *t);
 const char *iothread_name(const struct iothread *t);
+/* The thread's kernel thread id (QMP's query-iothreads "thread-id"). */
+pid_t iothread_tid(const struct iothread *t);
 /* Stop the loop (loop_stop), join the thread, free it. */
 void iothread_join(struct iothread *t);
 

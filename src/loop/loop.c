@@ -9,6 +9,7 @@
  * Threading: a loop belongs to the thread that runs it; only loop_send() and
  * loop_stop() may be called from other threads. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -19,7 +20,35 @@
 #include "util/log.h"
 
 static __thread struct loop *current_loop;
-static atomic_uint next_index;
+/* Indices of live loops: reused once a loop is freed, so that iothreads
+ * created and deleted at runtime never give two live loops one index (and
+ * so one slot of every per-thread table). Protected by index_lock. */
+static pthread_mutex_t index_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool index_used[LOOP_MAX_THREADS];
+
+static int index_get(unsigned *out)
+{
+	int ret = -EAGAIN;
+
+	pthread_mutex_lock(&index_lock);
+	for (unsigned i = 0; i < LOOP_MAX_THREADS; i++) {
+		if (!index_used[i]) {
+			index_used[i] = true;
+			*out = i;
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&index_lock);
+	return ret;
+}
+
+static void index_put(unsigned i)
+{
+	pthread_mutex_lock(&index_lock);
+	index_used[i] = false;
+	pthread_mutex_unlock(&index_lock);
+}
 
 /* After this many consecutive rounds that did not block, the epoll backend
  * checks its fds once without blocking (a round that never sleeps would
@@ -138,7 +167,11 @@ int loop_new(const struct loop_opts *opts, struct loop **out)
 	loop = calloc(1, sizeof(*loop));
 	if (!loop)
 		return -ENOMEM;
-	loop->index = atomic_fetch_add(&next_index, 1) % LOOP_MAX_THREADS;
+	ret = index_get(&loop->index);
+	if (ret < 0) {
+		free(loop);
+		return ret;
+	}
 	loop->defer_tail = &loop->defer_head;
 	loop->poll_max_ns = opts->poll_max_ns < 0 ? poll_max_from_env() : opts->poll_max_ns;
 	loop->epfd = -1;
@@ -166,6 +199,7 @@ fail_backend:
 fail:
 	if (loop->efd >= 0)
 		close(loop->efd);
+	index_put(loop->index);
 	free(loop);
 	return ret;
 }
@@ -187,6 +221,7 @@ void loop_free(struct loop *loop)
 	free(loop->slots);
 	if (current_loop == loop)
 		current_loop = NULL;
+	index_put(loop->index);
 	free(loop);
 }
 

@@ -78,6 +78,25 @@ class Client:
         self.send(json.dumps(req))
         return self.reply()
 
+    def wait_event(self, name, data=None, timeout=WAIT_S):
+        """Take the first event NAME (with exactly DATA, if given) from those met so
+        far or arriving within timeout; None if none came."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for e in self.events:
+                if e['event'] == name and (data is None or e.get('data') == data):
+                    self.events.remove(e)
+                    return e
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                m = self.recv(min(left, 1))
+            except TimeoutError:
+                continue
+            if 'event' in m:
+                self.events.append(m)
+
     def negotiate(self):
         r = self.cmd('qmp_capabilities')
         if r != {'return': {}}:

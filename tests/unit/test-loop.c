@@ -640,6 +640,26 @@ static void test_forced_backends(void **state)
 	}
 }
 
+/* Loops made and freed while others live (iothreads added and deleted at
+ * runtime) never share an index with a live loop. */
+static void test_index_reused_never_shared(void **state)
+{
+	struct loop *held[3], *l;
+	unsigned i, j;
+
+	(void)state;
+	for (i = 0; i < 3; i++)
+		assert_int_equal(loop_new(NULL, &held[i]), 0);
+	for (i = 0; i < 3 * LOOP_MAX_THREADS; i++) {
+		assert_int_equal(loop_new(NULL, &l), 0);
+		for (j = 0; j < 3; j++)
+			assert_int_not_equal(loop_index(l), loop_index(held[j]));
+		loop_free(l);
+	}
+	for (i = 0; i < 3; i++)
+		loop_free(held[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -658,6 +678,7 @@ int main(void)
 		cmocka_unit_test(test_reap_budget),
 		cmocka_unit_test(test_backend_env),
 		cmocka_unit_test(test_forced_backends),
+		cmocka_unit_test(test_index_reused_never_shared),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ioplane's copy of the VM test recipe (tests/vm/test-vm-vhost.sh drives it); additions:
-# --discard-zero (the discard must succeed and the range read back as zeroes) and
-# --flush-required (the guest must have sent FLUSH requests).
+# --discard-zero (the discard must succeed and the range read back as zeroes),
+# --flush-required (the guest must have sent FLUSH requests), and --hotplug CMD with
+# --resize-mb N: the guest boots without the disk, CMD hot-plugs it (and resizes it).
 #
 # run-vm-test.sh - boot a tiny Linux guest under QEMU TCG (no KVM needed) whose
 # disk is served by a storage server on this host, and verify guest I/O end to end.
@@ -74,6 +75,8 @@ KEEP=0
 VERBOSE=0
 DISCARD_ZERO=0
 FLUSH_REQUIRED=0
+HOTPLUG_CMD=""
+RESIZE_MB=0
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'
@@ -107,6 +110,15 @@ Options:
   --timeout S            overall guest timeout (default $TIMEOUT)
   --keep                 keep the per-run directory (image, logs, initramfs)
   --verbose              full kernel log on the console (no 'quiet')
+  --hotplug CMD          vhost mode: QEMU starts without the disk and with a QMP
+                         monitor at \$VMTEST_QEMU_QMP; the server is ready when
+                         \$VMTEST_SOCK.qmp exists (its monitor); CMD (bash -c, in the
+                         background) adds the export and the device once the guest
+                         printed "VMTEST: waiting for the disk" in \$VMTEST_CONSOLE.
+                         It must exit 0
+  --resize-mb N          after its checks the guest waits (300 s) until the disk has
+                         N MiB, without a reboot; CMD resizes it when the guest
+                         printed "VMTEST: waiting for resize"
 Guest disk layout (MiB): [0,test) pattern | [test,test+max(perf,perf4k,16)) perf,
 fio, discard scratch | last $SEED_MB MiB: seeded by the host, only read.
 The guest WRITES to the disk: never point this at data you care about.
@@ -142,6 +154,8 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=1 ;;
     --discard-zero) DISCARD_ZERO=1 ;;
     --flush-required) FLUSH_REQUIRED=1 ;;
+    --hotplug) HOTPLUG_CMD=$2; shift ;;
+    --resize-mb) RESIZE_MB=$2; shift ;;
     --verbose) VERBOSE=1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown option: $1" ;;
@@ -332,7 +346,8 @@ if [ -n "$P_nbd_port" ]; then         # guest kernel NBD client over virtio-net 
   nbd-client -N "$P_nbd_export" "$P_nbd_host" "$P_nbd_port" /dev/$DEV -C "$P_nbd_conns" 2>&1 \
     | sed 's/^/  nbd-client: /' || true
 fi
-i=0; while ! { [ -b /dev/$DEV ] && [ "$(cat /sys/block/$DEV/size 2>/dev/null || echo 0)" -gt 0 ]; } && [ $i -lt 300 ]; do
+W=300; [ "${P_hotplug:-0}" = 1 ] && { W=6000; say "waiting for the disk"; }
+i=0; while ! { [ -b /dev/$DEV ] && [ "$(cat /sys/block/$DEV/size 2>/dev/null || echo 0)" -gt 0 ]; } && [ $i -lt $W ]; do
   sleep 0.1; i=$((i+1)); done
 [ -b /dev/$DEV ] && [ "$(cat /sys/block/$DEV/size)" -gt 0 ] || { bad "no usable /dev/$DEV after 30s"; dmesg | tail -20; finish; }
 say "$DEV ready at $(up)s"
@@ -463,6 +478,19 @@ say "io_stats reads=$1 writes=$5 discards=${12:-?} flushes=${16:-?} (block layer
 [ "$(cat $B/queue/write_cache)" = "write back" ] && [ "${16:-1}" = 0 ] && say "WARN write-back cache but no FLUSH was sent"
 [ "${P_flush_required:-0}" = 1 ] && [ "${16:-0}" = 0 ] && bad "no FLUSH request was sent"
 
+if [ "${P_resize_sectors:-0}" -gt 0 ]; then   # the host grows the disk under us
+  say "waiting for resize to $P_resize_sectors sectors (now $(cat $B/size))"
+  i=0; while [ "$(cat $B/size)" != "$P_resize_sectors" ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done
+  if [ "$(cat $B/size)" = "$P_resize_sectors" ]; then
+    say "resize=ok sectors=$(cat $B/size) (no reboot)"
+    # the new end is readable
+    dd if=/dev/$DEV of=/dev/null bs=4k count=1 skip=$(( P_resize_sectors / 8 - 1 )) iflag=direct 2>/dev/null \
+      || bad "cannot read the last block after the resize"
+  else
+    bad "resize: the disk has $(cat $B/size) sectors, not $P_resize_sectors"
+  fi
+fi
+
 [ "${P_hold:-0}" = 1 ] && { say "hold: dropping to a shell"; setsid cttyhack sh; }
 finish
 GUESTINIT
@@ -535,7 +563,8 @@ start_server() {
   setsid bash -c "$cmd" </dev/null >"$SERVER_LOG" 2>&1 &
   SERVER_PID=$!
   for i in $(seq 300); do
-    if [ -n "$SOCK" ]; then [ -S "$SOCK" ] && return 0; else port_listening "$NBD_PORT" && return 0; fi
+    if [ -n "$HOTPLUG_CMD" ]; then [ -S "$SOCK.qmp" ] && return 0
+    elif [ -n "$SOCK" ]; then [ -S "$SOCK" ] && return 0; else port_listening "$NBD_PORT" && return 0; fi
     kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; die "server exited before listening"; }
     sleep 0.1
   done
@@ -569,6 +598,8 @@ APPEND="$APPEND vmtest.test_mb=$TEST_MB vmtest.perf_mb=$PERF_MB vmtest.perf4k_mb
 [ $DISCARD_ZERO = 1 ] && APPEND="$APPEND vmtest.discard_zero=1"
 [ $FLUSH_REQUIRED = 1 ] && APPEND="$APPEND vmtest.flush_required=1"
 [ $FIO = 1 ] && APPEND="$APPEND vmtest.fio=1 vmtest.fio_runtime=$FIO_RUNTIME vmtest.fio_mb=16"
+[ -n "$HOTPLUG_CMD" ] && APPEND="$APPEND vmtest.hotplug=1"
+[ "$RESIZE_MB" -gt 0 ] && APPEND="$APPEND vmtest.resize_sectors=$((RESIZE_MB * 2048))"
 
 QEMU=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$SMP" -m "${MEM_MB}M"
   # vhost-user needs guest RAM in shared memory (memfd, share=on) that the server can mmap
@@ -577,8 +608,12 @@ QEMU=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$SMP" -m "${MEM_
   -nodefaults -display none -serial stdio -no-reboot -pidfile "$RUN/qemu.pid")
 case "$MODE" in
   vhost)
-    QEMU+=(-chardev "socket,id=vu0,path=$SOCK"
-           -device "vhost-user-blk-pci,chardev=vu0,num-queues=$NUM_QUEUES${DEVICE_OPTS:+,$DEVICE_OPTS}") ;;
+    if [ -n "$HOTPLUG_CMD" ]; then    # the disk comes later, through QEMU's monitor
+      QEMU+=(-qmp "unix:$RUN/qemu.qmp,server=on,wait=off")
+    else
+      QEMU+=(-chardev "socket,id=vu0,path=$SOCK"
+             -device "vhost-user-blk-pci,chardev=vu0,num-queues=$NUM_QUEUES${DEVICE_OPTS:+,$DEVICE_OPTS}")
+    fi ;;
   nbd)
     if [ -n "$NBD_TCP" ]; then
       QEMU+=(-blockdev "driver=nbd,node-name=nbd0,server.type=inet,server.host=$NBD_HOST,server.port=$NBD_PORT,export=$NBD_EXPORT")
@@ -624,7 +659,13 @@ run_guest() {
 }
 T0=${EPOCHREALTIME/./}
 run_guest & GUEST_PID=$!
+if [ -n "$HOTPLUG_CMD" ]; then
+  ( export VMTEST_QEMU_QMP=$RUN/qemu.qmp VMTEST_CONSOLE=$CONSOLE_LOG
+    rc=0; bash -c "$HOTPLUG_CMD" >"$RUN/hotplug.log" 2>&1 || rc=$?; echo $rc >"$RUN/hotplug.rc" ) &
+  HOTPLUG_PID=$!
+fi
 wait "$GUEST_PID" || true
+if [ -n "$HOTPLUG_CMD" ]; then wait "$HOTPLUG_PID" 2>/dev/null || true; fi
 GUEST_PID=""
 QRC=$(cat "$RUN/qemu.rc" 2>/dev/null || echo 255)
 if [ -n "$WATCH_PID" ]; then kill "$WATCH_PID" 2>/dev/null || true; wait "$WATCH_PID" 2>/dev/null || true; WATCH_PID=""; fi
@@ -634,6 +675,9 @@ WALL_MS=$(( (${EPOCHREALTIME/./} - T0) / 1000 ))
 FAIL=""
 [ "$QRC" = 124 ] && FAIL="$FAIL guest-timeout(${TIMEOUT}s)"
 [ -e "$RUN/server-died" ] && FAIL="$FAIL server-exited-during-test"
+if [ -n "$HOTPLUG_CMD" ] && [ "$(cat "$RUN/hotplug.rc" 2>/dev/null)" != 0 ]; then
+  FAIL="$FAIL hotplug-cmd-failed"; echo "--- hotplug log ---"; cat "$RUN/hotplug.log"
+fi
 [ "$QRC" != 0 ] && [ "$QRC" != 124 ] && [ ! -e "$RUN/server-died" ] && FAIL="$FAIL qemu-exit-$QRC"
 RES=$(grep -m1 'VMTEST: RESULT' "$CONSOLE_LOG" || true)
 case "$RES" in *"RESULT PASS"*) ;; *) FAIL="$FAIL guest:${RES#*VMTEST: }"; [ -z "$RES" ] && FAIL="$FAIL(no result line)";; esac
@@ -654,7 +698,7 @@ PASS_AT=$(sed -n 's/^\[host *\([0-9.]*\)\] VMTEST: RESULT PASS.*/\1/p' "$CONSOLE
 echo "==================== run-vm-test summary ===================="
 echo "mode=$MODE num_queues=$NUM_QUEUES smp=$SMP mem=${MEM_MB}M kernel=$KDEB_NAME"
 if [ $EXTERNAL = 1 ]; then echo "server: external ${SOCKET:-$NBD_TCP}"; else echo "server: ${SERVER_CMD:-qemu-storage-daemon} (pid $SERVER_PID)"; fi
-grep -E 'VMTEST: (guest_queues|queue |virtio_features|disk_mb|cache_type|io_stats|irq |seed_check|serial_rw|parallel_rw|discard|perf |fio_|nbd|WARN|ERROR)' "$CONSOLE_LOG" \
+grep -E 'VMTEST: (resize|guest_queues|queue |virtio_features|disk_mb|cache_type|io_stats|irq |seed_check|serial_rw|parallel_rw|discard|perf |fio_|nbd|WARN|ERROR)' "$CONSOLE_LOG" \
   | sed 's/^\[host *[0-9.]*\] VMTEST: /  /' || true
 echo "  host_image_check=$HOSTCHK"
 echo "  qemu_wall_s=$((WALL_MS / 1000)).$(printf %03d $((WALL_MS % 1000))) boot_to_result_s=${PASS_AT:-n/a} (host clock, from QEMU start)"

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""The host side of a hot-plug run of run-vm-test.sh (--hotplug): once the guest waits
+for its disk, add the vhost-user-blk export over ioplane's QMP monitor
+($VMTEST_SOCK.qmp), then plug the device into the running QEMU through QEMU's own
+monitor (chardev-add + device_add vhost-user-blk-pci); with a size argument, resize
+the node (block_resize) when the guest waits for that. Every wait is bounded.
+Usage: vm-hotplug.py NODE [RESIZE_BYTES]"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'func'))
+from _qmp import Client, fail  # noqa: E402
+
+
+def wait_console(text, secs):
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        try:
+            with open(os.environ['VMTEST_CONSOLE'], errors='replace') as f:
+                if text in f.read():
+                    return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.5)
+    fail('the guest did not print %r within %d s' % (text, secs))
+
+
+def ok(c, name, args=None):
+    r = c.cmd(name, args)
+    if 'return' not in r:
+        fail('%s %r: %r' % (name, args, r))
+    print('%s: ok' % name, flush=True)
+    return r['return']
+
+
+def main():
+    node = sys.argv[1]
+    resize = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    sock, nq = os.environ['VMTEST_SOCK'], int(os.environ.get('VMTEST_NUM_QUEUES', '1'))
+    wait_console('VMTEST: waiting for the disk', 900)
+    io = Client(sock + '.qmp').negotiate()
+    ok(io, 'block-export-add', {'type': 'vhost-user-blk', 'id': 'hp', 'node-name': node,
+                                'writable': True, 'num-queues': nq,
+                                'addr': {'type': 'unix', 'path': sock}})
+    qemu = Client(os.environ['VMTEST_QEMU_QMP']).negotiate()
+    ok(qemu, 'chardev-add', {'id': 'vu0', 'backend': {'type': 'socket', 'data': {
+        'addr': {'type': 'unix', 'data': {'path': sock}}, 'server': False}}})
+    ok(qemu, 'device_add', {'driver': 'vhost-user-blk-pci', 'id': 'hpdisk', 'chardev': 'vu0',
+                            'num-queues': nq})
+    if resize:
+        wait_console('VMTEST: waiting for resize', 900)
+        ok(io, 'block_resize', {'node-name': node, 'size': resize})
+    ids = [e['id'] for e in ok(io, 'query-block-exports')]
+    if 'hp' not in ids:
+        fail('query-block-exports: %r' % ids)
+
+
+if __name__ == '__main__':
+    main()
