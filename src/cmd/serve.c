@@ -325,7 +325,10 @@ static int image_map_opts(struct kv_opts *o, struct serve_image *img)
 
 	if (file && kv_get(o, "driver"))
 		return usage_error("--image %s: give file= or driver=, not both", img->id);
-	if (file && (kv_set(o, "driver", "file") || kv_set(o, "filename", file)))
+	if (file && blk_target_remote(file) && blk_target_opts(o, file))
+		return 1;
+	if (file && !blk_target_remote(file) &&
+	    (kv_set(o, "driver", "file") || kv_set(o, "filename", file)))
 		return 1;
 	if (file && !kv_get(o, "format") && (ret = image_probe(o, img, file)) >= 0)
 		return ret;
