@@ -71,6 +71,7 @@ struct nbdc_conn {
 	 * with EIO when it does. */
 	uint64_t deadline_ns, backoff_ns;
 	bool failing;
+	bool lost; /* since the connection was lost: log when it is back */
 	struct loop_timer timer;
 	struct nbdc_queue waiting; /* not on the wire: waiting for a connection */
 	struct nbdc_queue done;    /* answered by libnbd, not finished yet */
@@ -403,6 +404,7 @@ static void nbdc_down(struct nbdc_conn *c)
 		c->deadline_ns = now + s->delay_ns;
 		c->backoff_ns = NBDC_RETRY_MIN_NS;
 		c->failing = false;
+		c->lost = true;
 	}
 	c->st = NBDC_DOWN;
 	if (c->failing || now >= c->deadline_ns) {
@@ -466,8 +468,9 @@ static void nbdc_connected(struct nbdc_conn *c)
 		nbdc_down(c);
 		return;
 	}
-	if (c->failing || c->deadline_ns)
+	if (c->lost)
 		log_info("nbd: %s: connected again", s->desc);
+	c->lost = false;
 	c->st = NBDC_READY;
 	c->failing = false;
 	c->deadline_ns = 0;
@@ -841,13 +844,16 @@ static int nbdc_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_
 	return 0;
 }
 
-/* Loops that are gone (their state cannot be detached any more). */
+/* The caller's loop still runs; the others are gone (their state cannot be
+ * detached any more). */
 static void nbdc_close(struct blk_node *bs)
 {
+	struct loop *self = loop_current();
+
 	if (!bs->opaque)
 		return;
 	for (unsigned i = 0; i < LOOP_MAX_THREADS; i++)
-		nbdc_conn_free(bs, i, false);
+		nbdc_conn_free(bs, i, self && loop_index(self) == i);
 	nbdc_state_free(bs->opaque);
 	bs->opaque = NULL;
 }
