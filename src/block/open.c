@@ -1,5 +1,5 @@
 /* Opening and closing node stacks from key=value options: a protocol node
- * (driver=file|null|nbd) and, when asked for or implied, a format node on top;
+ * (driver=file|null|nbd|rbd) and, when asked for or implied, a format node on top;
  * the node graph (children with roles) and the walkers that go through it.
  *
  * Threading: main thread, with no request in flight on the stack, except
@@ -229,6 +229,8 @@ const char *blk_target_remote(const char *target)
 {
 	if (!strncmp(target, "nbd://", 6) || !strncmp(target, "nbd+unix://", 11))
 		return "nbd";
+	if (!strncmp(target, "rbd:", 4))
+		return "rbd";
 	return NULL;
 }
 
