@@ -364,7 +364,7 @@ static void *rbd_thread_ctor(struct blk_node *bs, struct loop *loop)
 
 	(void)bs;
 	if (th)
-		loop_foreign_init(&th->f, loop);
+		loop_foreign_init(&th->f, loop, false); /* network latency: no polling */
 	return th;
 }
 

@@ -19,9 +19,10 @@ static bool loop_foreign_poll(struct loop_poll *p)
 	return false;
 }
 
-void loop_foreign_init(struct loop_foreign *f, struct loop *loop)
+void loop_foreign_init(struct loop_foreign *f, struct loop *loop, bool polled)
 {
 	f->loop = loop;
+	f->polled = polled;
 	f->poll.poll = loop_foreign_poll;
 	f->poll.sleep = NULL;
 	f->expected = 0;
@@ -29,13 +30,13 @@ void loop_foreign_init(struct loop_foreign *f, struct loop *loop)
 
 void loop_foreign_expect(struct loop_foreign *f)
 {
-	if (f->expected++ == 0)
+	if (f->expected++ == 0 && f->polled)
 		loop_poll_add(f->loop, &f->poll);
 }
 
 void loop_foreign_done(struct loop_foreign *f)
 {
-	if (--f->expected == 0)
+	if (--f->expected == 0 && f->polled)
 		loop_poll_del(f->loop, &f->poll);
 }
 
@@ -47,7 +48,7 @@ void loop_foreign_post(struct loop *loop, struct loop_msg *m)
 
 void loop_foreign_fini(struct loop_foreign *f)
 {
-	if (f->expected)
+	if (f->expected && f->polled)
 		loop_poll_del(f->loop, &f->poll);
 	f->expected = 0;
 }

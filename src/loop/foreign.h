@@ -3,8 +3,12 @@
  * thread pool's do: pushed on the loop's one lock-free message list
  * (loop_send, which writes the loop's eventfd only when the loop may be
  * sleeping and nobody has woken it since: at most one wake-up per sleep,
- * none while it runs or polls), stamped for adaptive polling, and while any
- * is expected the loop busy-polls for them instead of sleeping at once.
+ * none while it runs or polls), stamped for adaptive polling, and, when the
+ * source asks for it, the loop busy-polls for them while any is expected
+ * instead of sleeping at once. A source whose completions take a network
+ * round trip (librbd: hundreds of microseconds) does not ask: spinning for
+ * them only takes the CPU from the library's threads that produce them
+ * (bench/compare-remote.sh row 1 ran 20% slower with polling on two CPUs).
  *
  * Threading: struct loop_foreign belongs to its loop's thread;
  * loop_foreign_post() is called from any thread. */
@@ -17,9 +21,10 @@ struct loop_foreign {
 	struct loop *loop;
 	struct loop_poll poll;
 	unsigned expected; /* posts still to come; loop thread only */
+	bool polled;       /* poll while any is expected */
 };
 
-void loop_foreign_init(struct loop_foreign *f, struct loop *loop);
+void loop_foreign_init(struct loop_foreign *f, struct loop *loop, bool polled);
 /* Loop thread: one more completion will be posted (after the foreign call
  * that will post it was accepted). */
 void loop_foreign_expect(struct loop_foreign *f);
