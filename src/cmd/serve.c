@@ -96,6 +96,7 @@ static void serve_usage(FILE *f)
 		"               [,discard=unmap|ignore][,detect-zeroes=off|on|unmap]\n"
 		"               [,locking=on|off|auto][,force-share=on]\n"
 		"         --image ID,driver=null,size=SIZE[,latency-ns=NS][,read-zeroes=on]\n"
+		"         --image ID,driver=nbd|rbd,... (or file=nbd://..., file=rbd:...)\n"
 		"         --nbd unix=PATH|tcp=HOST:PORT,image=ID[,name=NAME][,writable=on]\n"
 		"               [,description=TEXT][,mode=OCTAL]\n"
 		"         --vhost-user-blk unix=PATH,image=ID[,num-queues=N][,writable=on]\n"
