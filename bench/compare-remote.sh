@@ -105,6 +105,21 @@ ceph_setup() {
 	ceph_up=1
 }
 
+# summary ROW PEER WHOSE: the read and write rows of ROW (targets IOPS >= 1.0, CPU <= 0.8).
+summary() {
+	local w a b name
+	for w in r w; do
+		a=$1${w}ioplane b=$1${w}$2 name=reads
+		[ $w = w ] && name=writes
+		measure_end "$a"
+		measure_end "$b"
+		row "$name: IOPS" "${IOPS[$a]}" "${IOPS[$b]}" "$(ratio "${IOPS[$a]}" "${IOPS[$b]}")" \
+			">=" 1.0
+		row "$name: $3 CPU us/IO" "${CPU[$a]}" "${CPU[$b]}" "$(ratio "${CPU[$a]}" "${CPU[$b]}")" \
+			"<=" 0.8
+	done
+}
+
 step=$((4194304 + 4096))
 row1() {
 	local rep w key out
@@ -127,16 +142,7 @@ row1() {
 		done
 	done
 	header "1  RBD, qemu-img bench vs ioplane bench, 4 KiB, depth 32, cache=none"
-	for w in r w; do
-		measure_end "r1${w}ioplane"
-		measure_end "r1${w}qemu"
-		local name=reads
-		[ $w = w ] && name=writes
-		row "$name: IOPS" "${IOPS[r1${w}ioplane]}" "${IOPS[r1${w}qemu]}" \
-			"$(ratio "${IOPS[r1${w}ioplane]}" "${IOPS[r1${w}qemu]}")" ">=" 1.0
-		row "$name: client CPU us/IO" "${CPU[r1${w}ioplane]}" "${CPU[r1${w}qemu]}" \
-			"$(ratio "${CPU[r1${w}ioplane]}" "${CPU[r1${w}qemu]}")" "<=" 0.8
-	done
+	summary r1 qemu client
 	if have perf; then
 		echo "ioplane bench (reads), client CPU by library (perf, share of samples):"
 		timeout 300 perf record -q -o "$tmp/perf.data" -- "$IOPLANE" bench -f raw -t none \
@@ -207,16 +213,7 @@ row2() {
 		done
 	done
 	header "2  RBD over vhost-user-blk, ioplane serve vs qemu-storage-daemon, depth 32"
-	for w in r w; do
-		measure_end "r2${w}ioplane"
-		measure_end "r2${w}qsd"
-		local name=reads
-		[ $w = w ] && name=writes
-		row "$name: IOPS" "${IOPS[r2${w}ioplane]}" "${IOPS[r2${w}qsd]}" \
-			"$(ratio "${IOPS[r2${w}ioplane]}" "${IOPS[r2${w}qsd]}")" ">=" 1.0
-		row "$name: server CPU us/IO" "${CPU[r2${w}ioplane]}" "${CPU[r2${w}qsd]}" \
-			"$(ratio "${CPU[r2${w}ioplane]}" "${CPU[r2${w}qsd]}")" "<=" 0.8
-	done
+	summary r2 qsd server
 }
 
 row3() {

@@ -503,8 +503,10 @@ static void nbdc_service(struct nbdc_conn *c)
 {
 	bool dead;
 
-	if (!c->h) {
+	if (!c->h) { /* answers of a connection already dropped: they wait, or fail */
 		nbdc_reap(c, true);
+		if (c->failing)
+			nbdc_fail_waiting(c, -EIO);
 		return;
 	}
 	dead = nbd_aio_is_dead(c->h) || nbd_aio_is_closed(c->h);

@@ -5,6 +5,7 @@
 #    back what ioplane wrote, and ioplane reading what QEMU wrote;
 #  - raw and qcow2 on RBD served over NBD: writes, FUA, write-zeroes, discard, flush,
 #    holes in nbdinfo --map; data checked with rbd export and qemu-img compare rbd:;
+#    qcow2 on RBD over vhost-user-blk, written and verified by a vhost-user front-end;
 #  - the OSD frozen mid-run (rados_osd_op_timeout=3): requests fail with an error, the
 #    daemon and its other export stay up, and I/O works again once the OSD is back.
 . "$(dirname "$0")/nbd-lib.sh"
@@ -90,6 +91,27 @@ nbd_qemu_io "$uri" 'write -P 0x41 0 1M' 'write -f -P 0x42 4M 64k' 'write -z 8M 1
 nbd_stop
 b qemu-img compare -f raw -F qcow2 "$T/want.img" rbd:rbd/sq || fail "qcow2 on RBD over NBD"
 b qemu-img check -f qcow2 rbd:rbd/sq >/dev/null || fail "qcow2 on RBD: qemu-img check"
+
+# vhost-user-blk: qcow2 on RBD, written and read back by a vhost-user front-end that
+# checks the data (--verify); QEMU then reads the same bytes.
+vsock=$T/vhost.sock
+nbd_serve --image v,file=rbd:rbd/sq,format=qcow2 \
+	--vhost-user-blk unix="$vsock",image=v,num-queues=2,writable=on
+for ((i = 0; i < 100; i++)); do [ -S "$vsock" ] && break; sleep 0.1; done
+b "$IOPLANE" bench --vhost-user "$vsock" --num-queues 2 -w -c 512 -d 16 -s 4096 -o 20M \
+	--verify -q || fail "vhost-user writes on qcow2 on RBD"
+b "$IOPLANE" bench --vhost-user "$vsock" --num-queues 2 -c 512 -d 16 -s 4096 -o 20M \
+	--verify -q || fail "vhost-user reads on qcow2 on RBD do not verify"
+nbd_stop
+b qemu-img convert -f qcow2 -O raw rbd:rbd/sq "$T/sq.raw"
+cmp -n 20M "$T/want.img" "$T/sq.raw" || fail "vhost-user writes changed other data"
+python3 - "$T/sq.raw" <<'PY' || fail "vhost-user writes are not on RBD"
+import sys
+with open(sys.argv[1], "rb") as f:
+    f.seek(20 << 20)
+    data = f.read(512 * 4096)
+sys.exit(0 if data.strip(b"\0") else 1)
+PY
 
 # 3. The OSD frozen mid-run: errors within the op timeout, the daemon and its null
 # export stay up; I/O works again afterwards.
