@@ -71,6 +71,8 @@ extern const struct blk_driver blk_drv_raw;      /* raw.c */
 extern const struct blk_driver blk_drv_file;     /* file.c and its engines */
 extern const struct blk_driver blk_drv_qcow2;    /* qcow2/ */
 extern const struct blk_driver blk_drv_throttle; /* throttle.c, on throttle-group.c */
+extern const struct blk_driver blk_drv_nbd;      /* nbd-client.c (libnbd) */
+extern const struct blk_driver blk_drv_rbd;      /* rbd.c (librbd) */
 
 /* Add a driver (tests, plug-ins; main thread, start-up): -EEXIST if the
  * name is taken, -ENOSPC. */

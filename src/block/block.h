@@ -229,6 +229,8 @@ void blk_register_builtin_drivers(void);
 /* Open a node stack from options:
  *   driver=file,filename=PATH[,cache=none|writeback][,aio=io_uring|native|threads]
  *   driver=null,size=SIZE[,read-zeroes=on][,latency-ns=NS][,mode=timer|threads]
+ *   driver=nbd,{filename=URI|server.type=unix,server.path=P|server.type=inet,
+ *     server.host=H[,server.port=N]}[,export=NAME][,reconnect-delay=S][,connections=N]
  *   format=raw|...: a format node on top of the protocol node ([,offset=..,size=..])
  *     raw: x-probed=on when the tool guessed the format (see raw.c)
  *   read-only=on, discard=unmap|ignore, no-flush=on, detect-zeroes=off|on|unmap,
@@ -247,10 +249,15 @@ int blk_open(struct kv_opts *opts, struct blk_node **out, char *err, size_t errl
 int blk_open_node(const char *driver, struct blk_node *file, const struct blk_child *extra,
 		  unsigned nextra, struct kv_opts *opts, struct blk_node **out, char *err,
 		  size_t errlen);
-/* Open a TARGET as `ioplane bench`/`img` take it: a path, or
+/* Open a TARGET as `ioplane bench`/`img` take it: a path, a remote image
+ * (nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH), or
  * "null:size=SIZE[,...]" ; fmt may be NULL (raw). extra: more options (may be NULL). */
 int blk_open_target(const char *target, const char *fmt, const char *extra, struct blk_node **out,
 		    char *err, size_t errlen);
+/* The driver a remote TARGET names ("nbd"), or NULL for a file or null:. */
+const char *blk_target_remote(const char *target);
+/* Set driver= (and filename= or the null driver's options) for TARGET. */
+int blk_target_opts(struct kv_opts *o, const char *target);
 /* Permissions (perm.c): the users of root node bs now hold perm and share
  * shared (BLK_PERM_*); every node below gets what its parent's driver says
  * it needs, and file nodes lock accordingly. All or nothing: on a conflict

@@ -1,5 +1,5 @@
 /* Opening and closing node stacks from key=value options: a protocol node
- * (driver=file|null) and, when asked for or implied, a format node on top;
+ * (driver=file|null|nbd|rbd) and, when asked for or implied, a format node on top;
  * the node graph (children with roles) and the walkers that go through it.
  *
  * Threading: main thread, with no request in flight on the stack, except
@@ -315,7 +315,29 @@ int blk_open_node(const char *driver, struct blk_node *file, const struct blk_ch
 	return 0;
 }
 
-/* Options of a TARGET: "null:KEY=VAL,..." or a file name. */
+const char *blk_target_remote(const char *target)
+{
+	if (!strncmp(target, "nbd://", 6) || !strncmp(target, "nbd+unix://", 11))
+		return "nbd";
+	if (!strncmp(target, "rbd:", 4))
+		return "rbd";
+	return NULL;
+}
+
+int blk_target_opts(struct kv_opts *o, const char *target)
+{
+	const char *remote = blk_target_remote(target);
+	int ret;
+
+	if (strncmp(target, "null:", 5) == 0) {
+		ret = kv_parse(o, target + 5, NULL);
+		return ret ? ret : kv_set(o, "driver", "null");
+	}
+	ret = kv_set(o, "driver", remote ? remote : "file");
+	return ret ? ret : kv_set(o, "filename", target);
+}
+
+/* Options of a TARGET (blk_target_opts), a format and more options. */
 static int open_target_opts(struct kv_opts *o, const char *target, const char *fmt,
 			    const char *extra)
 {
@@ -323,15 +345,7 @@ static int open_target_opts(struct kv_opts *o, const char *target, const char *f
 	size_t i;
 	int ret;
 
-	if (strncmp(target, "null:", 5) == 0) {
-		ret = kv_parse(o, target + 5, NULL);
-		if (!ret)
-			ret = kv_set(o, "driver", "null");
-	} else {
-		ret = kv_set(o, "driver", "file");
-		if (!ret)
-			ret = kv_set(o, "filename", target);
-	}
+	ret = blk_target_opts(o, target);
 	if (!ret && fmt)
 		ret = kv_set(o, "format", fmt);
 	if (!ret && extra)

@@ -3,7 +3,8 @@
  * so that an image of another format is never taken for raw. The signatures
  * come from the formats' specifications.
  *
- * Threading: any thread; blk_probe_file() does blocking reads of the path. */
+ * Threading: any thread; blk_probe_file() does blocking reads of the path,
+ * or of a remote target through its driver on the caller's loop. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -139,6 +140,37 @@ static int probe_read(int fd, const char *path, uint8_t *buf, size_t len, off_t 
 	return 0;
 }
 
+/* A remote image: its first and last 512 bytes through its driver, on the
+ * caller's loop. */
+static int probe_remote(const char *target, uint8_t *head, size_t *n, uint8_t *tail, size_t *tn,
+			char *err, size_t errlen)
+{
+	struct loop *loop = loop_current();
+	struct blk_node *bs;
+	uint64_t size;
+	int ret;
+
+	if (!loop) {
+		snprintf(err, errlen, "cannot probe '%s' without an event loop", target);
+		return -EINVAL;
+	}
+	ret = blk_open_target(target, NULL, "read-only=on", &bs, err, errlen);
+	if (ret)
+		return ret;
+	size = blk_size(bs);
+	*n = size < 512 ? (size_t)size : 512;
+	ret = *n ? blk_pread(bs, 0, head, *n) : 0;
+	if (!ret && size >= 1024) {
+		*tn = 512;
+		ret = blk_pread(bs, size - 512, tail, 512);
+	}
+	if (ret)
+		snprintf(err, errlen, "cannot read '%s': %s", target, strerror(-ret));
+	blk_detach_loop(bs, loop);
+	blk_close(bs);
+	return ret;
+}
+
 int blk_probe_file(const char *path, const char **fmt, char *err, size_t errlen)
 {
 	uint8_t head[512] = {0}, tail[512] = {0};
@@ -146,6 +178,12 @@ int blk_probe_file(const char *path, const char **fmt, char *err, size_t errlen)
 	struct stat st;
 	int fd, ret;
 
+	if (blk_target_remote(path)) {
+		ret = probe_remote(path, head, &n, tail, &tn, err, errlen);
+		if (!ret)
+			*fmt = blk_probe_buf(head, n, tn ? tail : NULL, tn, NULL);
+		return ret;
+	}
 	fd = blk_file_open(path, O_RDONLY, 0, err, errlen);
 	if (fd < 0)
 		return fd;

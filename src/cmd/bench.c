@@ -230,7 +230,8 @@ static void bench_usage(FILE *f)
 		"         [--pattern=BYTE] [-q] [-s buffer_size] [-S step_size] [-t cache] [-w]\n"
 		"         [--random [--seed=N]] [--poll-max-ns=NS] [--image-opts] TARGET\n"
 		"\n"
-		"TARGET: a file or block device, or null:size=SIZE[,latency-ns=NS]\n"
+		"TARGET: a file or block device, an NBD export (nbd://HOST[:PORT]/EXPORT,\n"
+		"        nbd+unix:///EXPORT?socket=PATH), or null:size=SIZE[,latency-ns=NS]\n"
 		"        [,read-zeroes=on][,mode=threads]\n"
 		"-f: raw or qcow2; without it a file's format is probed as qemu-img bench does\n"
 		"--image-opts: TARGET is an option list, as serve --image takes it, e.g.\n"
@@ -547,6 +548,8 @@ static int bench_open(const struct bench_opts *o, struct blk_node **out)
 	/* The null driver has no cache or engine to choose. */
 	if (!strncmp(o->target, "null:", 5))
 		snprintf(extra, sizeof(extra), "%s", ro);
+	else if (blk_target_remote(o->target)) /* no engine to choose */
+		snprintf(extra, sizeof(extra), "cache=%s,%s", cache_opt[o->cache], ro);
 	else
 		snprintf(extra, sizeof(extra), "cache=%s,aio=%s,%s", cache_opt[o->cache],
 			 o->aio ? o->aio : "io_uring", ro);

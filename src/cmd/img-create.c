@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "block/block.h"
 #include "block/qcow2/qcow2.h"
+#include "block/rbd.h"
 #include "cmd/cmd.h"
 #include "cmd/img-int.h"
 #include "loop/loop.h"
@@ -159,6 +161,54 @@ static int raw_opts(const struct img_create *c, const char **pre, uint32_t *hint
 	return 0;
 }
 
+/* ---- rbd: targets ---- */
+
+static bool create_on_rbd(const struct img_create *c)
+{
+	const char *r = blk_target_remote(c->file);
+
+	return r && !strcmp(r, "rbd");
+}
+
+static int create_rbd(const struct img_create *c, uint64_t size, const void *head, size_t len)
+{
+	char err[512];
+	int ret = blk_rbd_create(c->file, size, head, len, err, sizeof(err));
+
+	if (ret)
+		img_err("%s", err);
+	return ret;
+}
+
+/* qcow2 on RBD: the image made in a local temporary file, copied into a new
+ * RBD image of the same size (qcow2 grows it by resizing, as QEMU's does). */
+static int create_qcow2_rbd(const struct img_create *c, const struct qcow2_create_opts *q)
+{
+	char tmp[] = "/tmp/ioplane-create.XXXXXX", err[256] = "";
+	struct stat st;
+	void *buf = NULL;
+	int fd = mkstemp(tmp), ret = fd < 0 ? -errno : 0;
+
+	if (!ret && (ret = qcow2_create(tmp, q, err, sizeof(err))))
+		img_err("%s: %s", c->file, err[0] ? err : strerror(-ret));
+	if (!ret && fstat(fd, &st) != 0)
+		ret = -errno;
+	if (!ret && !(buf = malloc((size_t)st.st_size + 1)))
+		ret = -ENOMEM;
+	if (!ret && pread(fd, buf, (size_t)st.st_size, 0) != st.st_size)
+		ret = -EIO;
+	if (!ret)
+		ret = create_rbd(c, (uint64_t)st.st_size, buf, (size_t)st.st_size);
+	else if (fd < 0 || ret == -EIO || ret == -ENOMEM)
+		img_err("%s: Could not create image: %s", c->file, strerror(-ret));
+	free(buf);
+	if (fd >= 0) {
+		close(fd);
+		unlink(tmp);
+	}
+	return ret;
+}
+
 static int create_raw(const struct img_create *c)
 {
 	const char *pre = NULL;
@@ -180,6 +230,12 @@ static int create_raw(const struct img_create *c)
 			printf(" extent_size_hint=%" PRIu32, hint);
 		printf("\n");
 	}
+	if (create_on_rbd(c) && pre && strcmp(pre, "off")) {
+		img_err("%s: preallocation=%s is not supported on RBD", c->file, pre);
+		return -ENOTSUP;
+	}
+	if (create_on_rbd(c))
+		return create_rbd(c, create_size_round(c->size), NULL, 0);
 	fd = blk_file_create(c->file, BLK_CREATE_PERM, BLK_CREATE_SHARED, err, sizeof(err));
 	if (fd < 0) {
 		img_err("Could not create '%s': %s", c->file, err);
@@ -294,6 +350,8 @@ static int create_qcow2(const struct img_create *c)
 	if (!c->quiet)
 		create_print_qcow2(c, &q);
 	q.size = create_size_round(q.size);
+	if (create_on_rbd(c))
+		return create_qcow2_rbd(c, &q);
 	ret = qcow2_create(c->file, &q, err, sizeof(err));
 	if (ret)
 		img_err("%s: %s", c->file, err[0] ? err : strerror(-ret));

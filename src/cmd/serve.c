@@ -103,6 +103,7 @@ static void serve_usage(FILE *f)
 		"         --image ID,file=PATH,format=qcow2[,backing=PATH|,backing=]\n"
 		"               [,backing-format=raw|qcow2][,data-file=PATH][,l2-cache-size=SIZE]\n"
 		"         --image ID,driver=null,size=SIZE[,latency-ns=NS][,read-zeroes=on]\n"
+		"         --image ID,driver=nbd|rbd,... (or file=nbd://..., file=rbd:...)\n"
 		"         --nbd unix=PATH|tcp=HOST:PORT,image=ID[,name=NAME][,writable=on]\n"
 		"               [,description=TEXT][,mode=OCTAL]\n"
 		"         --vhost-user-blk unix=PATH,image=ID[,num-queues=N][,writable=on]\n"
@@ -367,7 +368,10 @@ static int image_map_opts(struct kv_opts *o, struct serve_image *img)
 
 	if (file && kv_get(o, "driver"))
 		return usage_error("--image %s: give file= or driver=, not both", img->id);
-	if (file && (kv_set(o, "driver", "file") || kv_set(o, "filename", file)))
+	if (file && blk_target_remote(file) && blk_target_opts(o, file))
+		return 1;
+	if (file && !blk_target_remote(file) &&
+	    (kv_set(o, "driver", "file") || kv_set(o, "filename", file)))
 		return 1;
 	if (file && !kv_get(o, "format") && (ret = image_probe(o, img, file)) >= 0)
 		return ret;
