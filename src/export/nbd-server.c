@@ -525,8 +525,8 @@ static void slot_kill_cb(struct loop_msg *m)
 	maybe_drained(s);
 }
 
-void nbd_server_export_del(struct nbd_server *s, struct nbd_export *e,
-			   void (*done)(void *opaque), void *opaque)
+void nbd_server_export_del(struct nbd_server *s, struct nbd_export *e, void (*done)(void *opaque),
+			   void *opaque)
 {
 	struct nbd_export **pp;
 	unsigned i;

@@ -76,8 +76,8 @@ unsigned nbd_export_users(const struct nbd_export *e);
  * their requests in flight finishing first (replies dropped). done(opaque)
  * runs on the main loop, in a later round, once nothing refers to it: the
  * export is then freed. Every other export goes on undisturbed. */
-void nbd_server_export_del(struct nbd_server *s, struct nbd_export *e,
-			   void (*done)(void *opaque), void *opaque);
+void nbd_server_export_del(struct nbd_server *s, struct nbd_export *e, void (*done)(void *opaque),
+			   void *opaque);
 /* Listen on a unix socket created with permissions `mode` (unix-listener.h's
  * rules: a live socket at PATH is refused, a stale one replaced), or on every
  * address HOST:PORT resolves to. */
