@@ -1,4 +1,6 @@
-/* --object, --nbd-server, --export for `ioplane serve` (see serve-qsd.h).
+/* --object, --blockdev, --nbd-server, --export for `ioplane serve` (see
+ * serve-qsd.h): objects first, then block nodes, the NBD server and the
+ * exports, each kind in command-line order.
  * Messages at start-up are those of the QMP command that builds the same
  * thing, prefixed with the option, as qsd prints them; the exit status is
  * then 1, as qsd's.
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "cmd/serve-qsd.h"
+#include "control/qmp-block.h"
 #include "control/qmp-export.h"
 #include "control/qmp-object.h"
 #include "control/schema.h"
@@ -18,8 +21,8 @@
 #define EXIT_USAGE 2
 
 struct serve_qsd {
-	json_t *objects, *exports; /* validated options, in command-line order */
-	json_t *nbd_server;        /* NULL: none */
+	json_t *objects, *blockdevs, *exports; /* validated options, in command-line order */
+	json_t *nbd_server;                    /* NULL: none */
 };
 
 static int qsd_fail(const char *opt, const char *arg, const char *err, int status)
@@ -38,12 +41,10 @@ int serve_qsd_opt(struct serve_qsd **qp, const char *opt, const char *arg)
 
 	if (!q && !(q = *qp = calloc(1, sizeof(*q))))
 		return 1;
-	if (!strcmp(opt, "blockdev"))
-		return qsd_fail(opt, arg,
-				"not available yet: use --image ID,file=PATH[,format=...] "
-				"(the node is named ID)",
-				EXIT_USAGE);
-	if (!strcmp(opt, "export")) {
+	if (!strcmp(opt, "blockdev")) {
+		t = &qmp_blockdev_options;
+		implied = "driver";
+	} else if (!strcmp(opt, "export")) {
 		t = &qmp_block_export_options;
 		implied = "type";
 	} else if (!strcmp(opt, "nbd-server")) {
@@ -62,6 +63,11 @@ int serve_qsd_opt(struct serve_qsd **qp, const char *opt, const char *arg)
 	if (t == &qmp_object_options)
 		return json_array_append_new(q->objects ? q->objects : (q->objects = json_array()),
 					     o)
+			       ? 1
+			       : -1;
+	if (t == &qmp_blockdev_options)
+		return json_array_append_new(
+			       q->blockdevs ? q->blockdevs : (q->blockdevs = json_array()), o)
 			       ? 1
 			       : -1;
 	return json_array_append_new(q->exports ? q->exports : (q->exports = json_array()), o) ? 1
@@ -84,6 +90,12 @@ int serve_qsd_objects(struct serve_qsd *q)
 	json_array_foreach (q->objects, i, o) {
 		if (qmp_object_add(o, err, sizeof(err)) < 0)
 			return qsd_fail("object", qapi_get_str(o, "id"), err, 1);
+	}
+	json_array_foreach (q->blockdevs, i, o) {
+		const char *name = qapi_get_str(o, "node-name");
+
+		if (qmp_blockdev_add(o, err, sizeof(err)) < 0)
+			return qsd_fail("blockdev", name ? name : "", err, 1);
 	}
 	return -1;
 }
@@ -111,6 +123,7 @@ void serve_qsd_free(struct serve_qsd *q)
 	if (!q)
 		return;
 	json_decref(q->objects);
+	json_decref(q->blockdevs);
 	json_decref(q->exports);
 	json_decref(q->nbd_server);
 	free(q);
