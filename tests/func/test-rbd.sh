@@ -127,10 +127,18 @@ nbd_qemu_io "$(nbd_uri n "$nsock")" 'read -P 0 0 1M' >/dev/null
 ceph_osd_thaw
 grep -qiE "error|timed out" <<<"$out" || fail "frozen OSD: no error: $out"
 nbd_alive
-# The cluster answers again (a new client). The daemon's own recovery is not
-# asserted: after a freeze its later requests sometimes hang inside librbd on a
-# loaded machine (docs/remote.md, limits).
-b rbd export --no-progress rbd/s "$T/s2.exp" >/dev/null || fail "the cluster did not come back"
-nbd_alive
-nbd_stop
+# Recovery is not asserted: on a loaded machine this one-OSD cluster sometimes
+# answers nobody after the thaw, a new `rbd export` included (docs/remote.md).
+# The daemon must still shut down cleanly: status 0, or 1 when its last flush
+# failed, never a crash or a hang.
+kill -TERM "$NBD_PID"
+for ((i = 0; i < 600; i++)); do
+	kill -0 "$NBD_PID" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$NBD_PID" 2>/dev/null && fail "the daemon did not exit after SIGTERM"
+rc=0
+wait "$NBD_PID" || rc=$?
+nbd_forget "$NBD_PID"
+[ $rc -le 1 ] || fail "the daemon exited with status $rc"
 echo PASS
