@@ -127,17 +127,18 @@ nbd_qemu_io "$(nbd_uri n "$nsock")" 'read -P 0 0 1M' >/dev/null
 ceph_osd_thaw
 grep -qiE "error|timed out" <<<"$out" || fail "frozen OSD: no error: $out"
 nbd_alive
-# Whether the cluster answers a new client again after the freeze is Ceph's
-# business, not ioplane's: on a loaded machine a thawed memstore OSD sometimes
-# takes minutes. It is tried, and said, but not asserted; the daemon's own
-# recovery is not asserted either (docs/remote.md, limits). What is asserted:
-# the error above, and that the daemon and its other export live on.
-back=0
-for try in 1 2 3; do
-	timeout 60 rbd export --no-progress rbd/s "$T/s2.exp.$try" >/dev/null 2>&1 && { back=1; break; }
+# Recovery is not asserted: on a loaded machine this one-OSD cluster sometimes
+# answers nobody after the thaw, a new `rbd export` included (docs/remote.md).
+# The daemon must still shut down cleanly: status 0, or 1 when its last flush
+# failed, never a crash or a hang.
+kill -TERM "$NBD_PID"
+for ((i = 0; i < 600; i++)); do
+	kill -0 "$NBD_PID" 2>/dev/null || break
+	sleep 0.1
 done
-[ "$back" = 1 ] || echo "note: the test cluster did not answer within 3 minutes of the thaw (not asserted)"
-nbd_alive
-nbd_qemu_io "$(nbd_uri n "$nsock")" 'read -P 0 0 1M' >/dev/null
-nbd_stop
+kill -0 "$NBD_PID" 2>/dev/null && fail "the daemon did not exit after SIGTERM"
+rc=0
+wait "$NBD_PID" || rc=$?
+nbd_forget "$NBD_PID"
+[ $rc -le 1 ] || fail "the daemon exited with status $rc"
 echo PASS
