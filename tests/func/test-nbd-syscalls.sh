@@ -6,7 +6,10 @@
 #     sendmsg, so two calls per request (asserted <= 2.3) and no recv calls at all;
 #   - the same on a kernel without those features (IOPLANE_RING_PLAIN=1) and under the
 #     epoll loop: a readiness event, recv and sendmsg (asserted <= 3.3, and > 2.5);
-#   - depth 64 on each: at most one call per request.
+#   - depth 64: at most one call per request on the ring path (the default); on the
+#     fallbacks (plain ring, epoll) at most 1.5, since how many requests share a round
+#     there depends on how fast the server runs against the client (1.05 was seen under
+#     ASan on a loaded machine, 0.4-0.7 in a normal build).
 # Counts, not times: the bounds hold on a slow machine too.
 . "$(dirname "$0")/nbd-lib.sh"
 
@@ -80,7 +83,11 @@ for mode in ring plain epoll; do
 	else
 		check $mode 1 3.3 2.5
 	fi
-	check $mode 64 1.0
+	if [ $mode = ring ] && [ $ring_kernel = 1 ]; then
+		check ring 64 1.0
+	else
+		check $mode 64 1.5
+	fi
 	nbd_stop
 done
 echo PASS
