@@ -74,6 +74,14 @@ class Daemon:
         self.log = open(os.path.join(TMP, kind + '.log'), 'w')
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
+        try:
+            self.setup(kind)
+        except BaseException:  # a daemon that fails to set up is not left running
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def setup(self, kind):
         for _ in range(1000):
             if os.path.exists(self.qmp):
                 try:
