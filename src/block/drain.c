@@ -54,6 +54,18 @@ struct drain {
 static __thread struct blk_request *held_head, *held_tail;
 static struct drain *drains; /* main thread */
 
+/* Append req to the FIFO list head/tail (linked through core.track_next). */
+static void held_append(struct blk_request **head, struct blk_request **tail,
+			struct blk_request *req)
+{
+	req->core.track_next = NULL;
+	if (*tail)
+		(*tail)->core.track_next = req;
+	else
+		*head = req;
+	*tail = req;
+}
+
 static void drain_put(struct drain *d)
 {
 	if (atomic_fetch_sub(&d->users, 1) == 1) {
@@ -77,12 +89,7 @@ int blk_drain_hold(struct blk_node *bs, struct blk_request *req)
 		return blk_submit_child(bs, req);
 	req->loop = loop;
 	req->core.node = bs;
-	req->core.track_next = NULL;
-	if (held_tail)
-		held_tail->core.track_next = req;
-	else
-		held_head = req;
-	held_tail = req;
+	held_append(&held_head, &held_tail, req);
 	return 0;
 }
 
@@ -138,12 +145,7 @@ static void resume_held(struct loop *loop)
 		int ret;
 
 		if (req->loop != loop || atomic_load(&bs->quiesce)) {
-			req->core.track_next = NULL;
-			if (keep_tail)
-				keep_tail->core.track_next = req;
-			else
-				keep_head = req;
-			keep_tail = req;
+			held_append(&keep_head, &keep_tail, req);
 		} else if ((ret = blk_submit(bs, req)) < 0) {
 			req->cb(req, ret); /* blk_submit() said 0 when it held it */
 		}
