@@ -1,17 +1,17 @@
 /* vhost-user-blk export: the listening socket, the device callbacks for the
  * vhost-user back-end, and the dataplane of each virtqueue.
  *
- * A running queue lives on one iothread: its kick eventfd is a loop fd
- * handler and its avail ring a poll handler (kicks stay suppressed while
- * polling finds work). Every chain found in a round becomes a block request
- * at once, so the engine submits them as one batch at the end of the round;
+ * A running queue lives on one iothread: its kick eventfd is read through
+ * the loop's io_uring (or watched by a loop fd handler) and its avail ring is
+ * a poll handler (kicks stay suppressed while polling finds work). Every chain found in a round
+ * becomes a block request at once, so the engine submits them as one batch at the end of the round;
  * completions go to the used ring, and one flush hook per round publishes
  * them and notifies the guest at most once (EVENT_IDX honoured). Requests
  * come from a per-queue pool and their data stays in guest memory.
  *
  * The call and error eventfds belong to the front-end, which may leave their
- * counters full so that a write would wait: see vub_signal for how they are
- * written without ever blocking the iothread.
+ * counters full so that a write would wait: vhost-user-blk-signal.c writes
+ * them without ever blocking the iothread.
  *
  * THREADING RULE: struct vub_export is main-thread only. A struct vub_queue
  * is set up by the main thread while stopped, handed to its iothread with
@@ -21,8 +21,6 @@
  * new call/error fds (new_call_fd, new_err_fd) and fds_done_msg answers once
  * the old ones are no longer in use. */
 #include <errno.h>
-#include <fcntl.h>
-#include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +30,7 @@
 #include <unistd.h>
 
 #include "block/graph.h"
-#include "export/vhost-user-blk.h"
-#include "export/vhost-user.h"
+#include "export/vhost-user-blk-int.h"
 #include "loop/loop.h"
 #include "util/compiler.h"
 #include "util/log.h"
@@ -42,76 +39,7 @@
 #define VUB_POOL_MAX 256 /* request slots per queue (fewer: chains wait in avail) */
 #define VUB_RUN_ROUNDS 4 /* disable/process/enable cycles before deferring */
 
-struct vub_queue;
-
-/* A call or error eventfd of the front-end, written by the iothread through
- * its loop's io_uring with at most one write in flight. */
-struct vub_notifier {
-	int fd;          /* -1: none (the number is owned by vhost-user.c) */
-	int write_fd;    /* the fd the write in flight goes to */
-	bool inflight;   /* a write SQE not completed yet */
-	bool again;      /* signal once more when it has */
-	bool cancelling; /* a cancel SQE for it not completed yet */
-	bool lost;       /* a write was cancelled: signal at the next start */
-	struct loop_uring_op op, cancel_op;
-	struct vub_queue *q;
-};
-
-struct vub_req {
-	struct vblk_req vr; /* first */
-	struct vub_queue *q;
-	uint16_t head;
-	struct iovec iov[VBLK_MAX_IOV];
-};
-
-struct vub_queue {
-	/* Written by the main thread while stopped, read by the iothread. */
-	struct vub_export *exp;
-	struct vu_dev *dev;
-	atomic_int *mem_faulted; /* the device's, set from the SIGBUS guard */
-	struct vring *vr;
-	unsigned idx;
-	struct loop *loop;
-	int new_call_fd, new_err_fd; /* also while running: read by fds_msg's handler */
-	uint16_t *resubmit;          /* inflight heads to run again at start */
-	unsigned nresubmit, resubmit_cap;
-	struct vub_req *reqs;
-	unsigned nreqs;
-
-	/* Owned by the iothread while running (kick_h.fd and the notifiers' fd
-	 * are set by the main thread at start). */
-	struct loop_fd kick_h;
-	struct loop_poll poll;
-	struct loop_flush flush;
-	struct loop_defer again;
-	struct vub_notifier call, err;
-	struct vub_req **free;
-	unsigned nfree, inflight;
-	struct log_errors io_errors; /* block-layer errors (util/log.h) */
-	bool handlers_on, poll_on, stopping, starved, broken, again_queued, swapping;
-
-	struct loop_msg start_msg, stop_msg, stopped_msg, fds_msg, fds_done_msg;
-};
-
-struct vub_export {
-	char name[128];
-	char *path;
-	mode_t mode;
-	struct loop *main_loop;
-	struct unix_listener ul;
-	struct loop_fd listen_h;
-	bool listening, stopping;
-	bool notifier; /* registered for the node's resizes */
-	struct vblk_dev blk;
-	struct vub_queue *queues;
-	unsigned nqueues;
-	struct vu_dev *conn;
-	void (*stop_done)(void *opaque);
-	void *stop_opaque;
-	struct loop_defer done_defer;
-};
-
-static void vub_run(struct vub_queue *q);
+void vub_run(struct vub_queue *q);
 
 /* ---- the request path (iothread) ------------------------------------------------ */
 
@@ -129,15 +57,16 @@ static void vub_handlers_off(struct vub_queue *q)
 {
 	if (!q->handlers_on)
 		return;
-	loop_fd_del(q->loop, &q->kick_h);
+	if (!q->kick.ring)
+		loop_fd_del(q->loop, &q->kick_h);
+	/* else the read in flight is cancelled by the stop (vub_cancel_writes)
+	 * or ends at the next kick, and is not armed again. */
 	if (q->poll_on)
 		loop_poll_del(q->loop, &q->poll);
 	q->handlers_on = q->poll_on = false;
 }
 
-static const uint64_t vub_one = 1;
-
-static void vub_defer_again(struct vub_queue *q)
+void vub_defer_again(struct vub_queue *q)
 {
 	if (!q->again_queued) {
 		q->again_queued = true;
@@ -145,151 +74,9 @@ static void vub_defer_again(struct vub_queue *q)
 	}
 }
 
-/* No io_uring on this loop: write() at once, which the fd's O_NONBLOCK (set
- * when the fd arrived here, see vub_notifier_prepare) keeps from waiting.
- * -EAGAIN means a full counter: the front-end has a signal pending anyway. */
-static void vub_signal_sync(struct vub_notifier *n)
-{
-	if (write(n->fd, &vub_one, sizeof(vub_one)) < 0 && errno != EAGAIN)
-		log_debug("vhost-user-blk: eventfd write: %s", strerror(errno));
-}
-
-/* Signal a call or error eventfd. The front-end may have left its counter
- * full, so that a write would wait until it reads: the write goes through
- * the loop's io_uring, where it can wait without holding the thread, and a
- * queue stop cancels it. One write at a time: a signal wanted meanwhile is
- * sent when it completes (eventfd semantics: the front-end only needs to
- * see the counter become non-zero after the used index moved). */
-static void vub_signal(struct vub_notifier *n)
-{
-	struct vub_queue *q = n->q;
-	struct io_uring_sqe *sqe;
-
-	if (n->fd < 0)
-		return;
-	if (n->inflight) {
-		n->again = true;
-		return;
-	}
-	sqe = loop_uring_peer_sqe(q->loop, &n->op);
-	if (!sqe && loop_uring(q->loop)) { /* a full submission queue: next round */
-		n->again = true;
-		vub_defer_again(q);
-		return;
-	}
-	if (!sqe) {
-		vub_signal_sync(n);
-		return;
-	}
-	io_uring_prep_write(sqe, n->fd, &vub_one, sizeof(vub_one), 0);
-	n->inflight = true;
-	n->write_fd = n->fd;
-}
-
-static void vub_cancel(struct vub_notifier *n)
-{
-	if (!n->inflight || n->cancelling)
-		return;
-	if (loop_uring_cancel_peer(n->q->loop, &n->op, &n->cancel_op) < 0) {
-		vub_defer_again(n->q); /* tries again */
-		return;
-	}
-	n->cancelling = true;
-}
-
-/* After a hand-over: tell the main thread once no write uses an old fd. */
-static void vub_maybe_fds_done(struct vub_queue *q)
-{
-	if (!q->swapping)
-		return;
-	if ((q->call.inflight && q->call.write_fd != q->call.fd) ||
-	    (q->err.inflight && q->err.write_fd != q->err.fd))
-		return;
-	q->swapping = false;
-	loop_send(q->exp->main_loop, &q->fds_done_msg);
-}
-
-static void vub_signal_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
-{
-	struct vub_notifier *n = container_of(op, struct vub_notifier, op);
-	struct vub_queue *q = n->q;
-
-	(void)cqe_flags;
-	n->inflight = false;
-	/* Cancelled: by a stop, sent again at the next start; else by a
-	 * hand-over, and the new fd gets it. */
-	if ((res == -ECANCELED || res == -EINTR) && q->stopping)
-		n->lost = true;
-	else if (res == -ECANCELED || res == -EINTR)
-		n->again = true;
-	else if (res < 0 && res != -EAGAIN)
-		log_debug("%s: queue %u: eventfd write: %s", q->exp->name, q->idx, strerror(-res));
-	vub_maybe_fds_done(q);
-	if (n->again) {
-		n->again = false;
-		vub_signal(n);
-	}
-	if (q->stopping)
-		loop_request_flush(q->loop, &q->flush); /* cancels it or finishes the stop */
-}
-
-static void vub_cancel_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
-{
-	struct vub_notifier *n = container_of(op, struct vub_notifier, cancel_op);
-
-	(void)res;
-	(void)cqe_flags;
-	n->cancelling = false;
-	if (n->q->stopping)
-		loop_request_flush(n->q->loop, &n->q->flush);
-}
-
-static bool vub_notifier_busy(const struct vub_notifier *n)
-{
-	return n->inflight || n->cancelling;
-}
-
-/* Cancel the writes that hold up a stop (any) or a hand-over (to an old fd). */
-static void vub_cancel_writes(struct vub_queue *q)
-{
-	if (q->call.inflight && (q->stopping || q->call.write_fd != q->call.fd))
-		vub_cancel(&q->call);
-	if (q->err.inflight && (q->stopping || q->err.write_fd != q->err.fd))
-		vub_cancel(&q->err);
-}
-
-static void vub_signal_retry(struct vub_notifier *n)
-{
-	if (n->again && !n->inflight) {
-		n->again = false;
-		vub_signal(n);
-	}
-}
-
-/* Without io_uring the write is a plain write(): the fd must not block it.
- * O_NONBLOCK is a flag of the file description, which the front-end shares,
- * so it is set only here, where there is no other way to write it. */
-static void vub_notifier_prepare(struct vub_notifier *n)
-{
-	int fl;
-
-	if (n->fd < 0 || loop_uring(n->q->loop))
-		return;
-	fl = fcntl(n->fd, F_GETFL);
-	if (fl >= 0 && !(fl & O_NONBLOCK))
-		fcntl(n->fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-/* Call the driver; the write rides on the io_uring_enter the loop makes
- * anyway (no system call of its own). */
-static void vub_notify(struct vub_queue *q)
-{
-	vub_signal(&q->call);
-}
-
 /* The driver broke the virtqueue rules: stop looking at this queue (device
  * needs reset); requests in flight still complete. Other queues go on. */
-static void vub_broken(struct vub_queue *q, int err)
+void vub_broken(struct vub_queue *q, int err)
 {
 	if (q->broken)
 		return;
@@ -392,7 +179,7 @@ static void vub_again_cb(struct loop_defer *d)
 }
 
 /* Process with kicks suppressed, then re-enable them and look again. */
-static void vub_run(struct vub_queue *q)
+void vub_run(struct vub_queue *q)
 {
 	unsigned i;
 
@@ -404,26 +191,6 @@ static void vub_run(struct vub_queue *q)
 	}
 	/* A driver adding as fast as we take: let other handlers run first. */
 	vub_defer_again(q);
-}
-
-static void vub_kick_cb(struct loop_fd *h, uint32_t revents)
-{
-	struct vub_queue *q = container_of(h, struct vub_queue, kick_h);
-	uint64_t v;
-	struct iovec iov = {&v, sizeof(v)};
-
-	(void)revents;
-	/* RWF_NOWAIT: the front-end may read its kick eventfd itself, and a
-	 * plain read() would then wait for its next kick. */
-	if (preadv2(h->fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno != EAGAIN)
-		log_debug("%s: queue %u: kick read: %s", q->exp->name, q->idx, strerror(errno));
-	/* Poll only queues the driver has used: polling hundreds of idle queues
-	 * (and spinning while a front-end sets them up) helps nobody. */
-	if (!q->poll_on) {
-		loop_poll_add(q->loop, &q->poll);
-		q->poll_on = true;
-	}
-	vub_run(q);
 }
 
 /* Polling: kicks stay off from the first poll that finds work until the loop
@@ -486,7 +253,8 @@ static void vub_flush_cb(struct loop_flush *f)
 	/* A write the front-end's full counter holds up would hold the stop. */
 	vub_cancel_writes(q);
 	if (!q->inflight && !vub_notifier_busy(&q->call) && !vub_notifier_busy(&q->err) &&
-	    !q->swapping && !q->again_queued && !q->flush.queued)
+	    !q->kick.armed && !q->kick.cancelling && !q->swapping && !q->again_queued &&
+	    !q->flush.queued)
 		vub_finish_stop(q);
 }
 
@@ -522,8 +290,6 @@ static void vub_start_cb(struct loop_msg *m)
 {
 	struct vub_queue *q = container_of(m, struct vub_queue, start_msg);
 
-	q->kick_h.events = EPOLLIN;
-	q->kick_h.cb = vub_kick_cb;
 	q->poll.poll = vub_poll_cb;
 	q->poll.sleep = vub_sleep_cb;
 	q->flush.cb = vub_flush_cb;
@@ -534,7 +300,7 @@ static void vub_start_cb(struct loop_msg *m)
 		q->call.lost = false;
 		vub_signal(&q->call);
 	}
-	if (loop_fd_add(q->loop, &q->kick_h) < 0) {
+	if (vub_kick_start(q) < 0) {
 		vub_broken(q, -EBADF);
 		return;
 	}
@@ -558,18 +324,6 @@ static void vub_stopped_cb(struct loop_msg *m)
 	struct vub_queue *q = container_of(m, struct vub_queue, stopped_msg);
 
 	vu_queue_stopped(q->dev, q->idx);
-}
-
-static void vub_notifier_swap(struct vub_notifier *n, int fd)
-{
-	if (fd == n->fd)
-		return;
-	n->fd = fd;
-	vub_notifier_prepare(n);
-	/* The old fd's write may wait forever (cancelled below); the new fd
-	 * gets the signal when it is over. */
-	if (n->inflight)
-		n->again = true;
 }
 
 /* New call/error fds for a running queue (vhost-user.c keeps the old ones
@@ -856,9 +610,7 @@ static int vub_queues_init(struct vub_export *e, const struct vub_export_config 
 		q->stopped_msg.cb = vub_stopped_cb;
 		q->fds_msg.cb = vub_fds_cb;
 		q->fds_done_msg.cb = vub_fds_done_cb;
-		q->call = q->err = (struct vub_notifier){.fd = -1, .q = q};
-		q->call.op.cb = q->err.op.cb = vub_signal_done;
-		q->call.cancel_op.cb = q->err.cancel_op.cb = vub_cancel_done;
+		vub_notifiers_init(q);
 	}
 	return 0;
 }

@@ -1,0 +1,138 @@
+/* vhost-user-blk export internals shared by vhost-user-blk.c (the export,
+ * the request path, start and stop) and vhost-user-blk-signal.c (the
+ * front-end's eventfds: kicks read, calls and errors written).
+ *
+ * THREADING RULE: as vhost-user-blk.c says - struct vub_export is main-thread
+ * only; a running struct vub_queue belongs to its iothread. */
+#ifndef IOPLANE_EXPORT_VHOST_USER_BLK_INT_H
+#define IOPLANE_EXPORT_VHOST_USER_BLK_INT_H
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "export/vhost-user-blk.h"
+#include "export/vhost-user.h"
+#include "loop/loop.h"
+#include "util/log.h"
+#include "util/unix-listener.h"
+
+struct vub_queue;
+
+/* A call or error eventfd of the front-end, written by the iothread through
+ * its loop's io_uring with at most one write in flight. */
+struct vub_notifier {
+	int fd;          /* -1: none (the number is owned by vhost-user.c) */
+	int write_fd;    /* the fd the write in flight goes to */
+	bool inflight;   /* a write SQE not completed yet */
+	bool again;      /* signal once more when it has */
+	bool cancelling; /* a cancel SQE for it not completed yet */
+	bool lost;       /* a write was cancelled: signal at the next start */
+	bool nonblock;   /* fd is O_NONBLOCK and the loop waits in io_uring */
+	struct loop_uring_op op, cancel_op;
+	struct vub_queue *q;
+};
+
+/* The kick eventfd read through the loop's io_uring (loops that wait in it,
+ * eventfds with non-blocking I/O): a kick arrives in the loop's wait as a
+ * completion that already read the counter, where the fd handler took a
+ * readiness event and then a read call. */
+struct vub_kick {
+	struct loop_uring_op op, cancel_op;
+	uint64_t val;    /* the counter read: written by the kernel while armed */
+	bool ring;       /* this run reads kicks so (else through kick_h) */
+	bool armed;      /* a read SQE not completed yet */
+	bool cancelling; /* a cancel SQE for it not completed yet */
+};
+
+struct vub_req {
+	struct vblk_req vr; /* first */
+	struct vub_queue *q;
+	uint16_t head;
+	struct iovec iov[VBLK_MAX_IOV];
+};
+
+struct vub_queue {
+	/* Written by the main thread while stopped, read by the iothread. */
+	struct vub_export *exp;
+	struct vu_dev *dev;
+	atomic_int *mem_faulted; /* the device's, set from the SIGBUS guard */
+	struct vring *vr;
+	unsigned idx;
+	struct loop *loop;
+	int new_call_fd, new_err_fd; /* also while running: read by fds_msg's handler */
+	uint16_t *resubmit;          /* inflight heads to run again at start */
+	unsigned nresubmit, resubmit_cap;
+	struct vub_req *reqs;
+	unsigned nreqs;
+
+	/* Owned by the iothread while running (kick_h.fd and the notifiers' fd
+	 * are set by the main thread at start). */
+	struct loop_fd kick_h;
+	struct vub_kick kick;
+	struct loop_poll poll;
+	struct loop_flush flush;
+	struct loop_defer again;
+	struct vub_notifier call, err;
+	struct vub_req **free;
+	unsigned nfree, inflight;
+	struct log_errors io_errors; /* block-layer errors (util/log.h) */
+	bool handlers_on, poll_on, stopping, starved, broken, again_queued, swapping;
+
+	struct loop_msg start_msg, stop_msg, stopped_msg, fds_msg, fds_done_msg;
+};
+
+struct vub_export {
+	char name[128];
+	char *path;
+	mode_t mode;
+	struct loop *main_loop;
+	struct unix_listener ul;
+	struct loop_fd listen_h;
+	bool listening, stopping;
+	bool notifier; /* registered for the node's resizes */
+	struct vblk_dev blk;
+	struct vub_queue *queues;
+	unsigned nqueues;
+	struct vu_dev *conn;
+	void (*stop_done)(void *opaque);
+	void *stop_opaque;
+	struct loop_defer done_defer;
+};
+
+/* ---- vhost-user-blk.c ---- */
+
+/* Process the avail ring with kicks suppressed, then look again. */
+void vub_run(struct vub_queue *q);
+/* The driver broke the virtqueue rules: stop this queue (device needs reset). */
+void vub_broken(struct vub_queue *q, int err);
+/* Run the queue's again hook next round (once). */
+void vub_defer_again(struct vub_queue *q);
+
+/* ---- vhost-user-blk-signal.c (the queue's iothread, except _init) ---- */
+
+/* The call and error notifiers of a new queue, no fds yet (main thread). */
+void vub_notifiers_init(struct vub_queue *q);
+/* An fd arrived (start, hand-over): how it will be written. */
+void vub_notifier_prepare(struct vub_notifier *n);
+/* A running queue's notifier gets fd (a hand-over). */
+void vub_notifier_swap(struct vub_notifier *n, int fd);
+/* Signal the eventfd; never blocks the thread. */
+void vub_signal(struct vub_notifier *n);
+/* Call the driver. */
+void vub_notify(struct vub_queue *q);
+/* Send a signal that waited for a free SQE or for the last write. */
+void vub_signal_retry(struct vub_notifier *n);
+/* A write or its cancel is still in flight. */
+bool vub_notifier_busy(const struct vub_notifier *n);
+/* Cancel the writes (and the kick read) that hold up a stop or a hand-over. */
+void vub_cancel_writes(struct vub_queue *q);
+/* After a hand-over: tell the main thread once no write uses an old fd. */
+void vub_maybe_fds_done(struct vub_queue *q);
+/* Start taking kicks (through the ring or the fd handler). 0 or -errno. */
+int vub_kick_start(struct vub_queue *q);
+/* A stop: end the kick read in flight. */
+void vub_kick_cancel(struct vub_queue *q);
+
+#endif

@@ -1,0 +1,82 @@
+#!/bin/bash
+# System calls the daemon makes per vhost-user-blk request (strace -c -f on every thread),
+# with an interrupt-driven driver (`ioplane bench --vhost-user --poll-max-ns 0`, whose
+# call and kick eventfds are O_NONBLOCK as QEMU's are) reading 4 KiB from a null export,
+# one request at a time:
+#   - on a loop that waits in an io_uring with DEFER_TASKRUN, the kick arrives as a read
+#     completion of the io_uring_enter that waits and the interrupt goes out in the next
+#     one without a completion of its own: one call per request (asserted <= 1.2), and no
+#     read, preadv2 or write calls;
+#   - on a kernel without those features (IOPLANE_RING_PLAIN=1) and under the epoll loop:
+#     a readiness event, the kick read and the interrupt, at most 3.3 calls per request.
+# In each mode a second export on a raw file takes writes and reads with --verify.
+# Counts, not times: the bounds hold on a slow machine too.
+. "$(dirname "${BASH_SOURCE[0]}")/vhost-lib.sh"
+
+need strace python3
+sock=$FUNC_TMP/vhost.sock
+sock2=$FUNC_TMP/vhost2.sock
+truncate -s 64M "$FUNC_TMP/disk.raw"
+n=4000
+ring_kernel=0
+IFS=.- read -r kmaj kmin _ <<<"$(uname -r)"
+[ "$kmaj" -gt 6 ] || { [ "$kmaj" -eq 6 ] && [ "$kmin" -ge 1 ]; } && ring_kernel=1
+
+# calls MODE: prints "calls/request rw-calls" for n requests of one server in MODE.
+calls() {
+	local st i
+	vhost_serve "$sock" --iothreads 1 --image d,driver=null,size=64M \
+		--image f,file="$FUNC_TMP/disk.raw",format=raw \
+		--vhost-user-blk unix="$sock",image=d,num-queues=1 \
+		--vhost-user-blk unix="$sock2",image=f,num-queues=1,writable=on
+	vhost_wait_socket "$VHOST_PID" "$sock2"
+	strace -c -f -o "$FUNC_TMP/strace.out" -p "$VHOST_PID" 2>"$FUNC_TMP/strace.err" &
+	st=$!
+	for ((i = 0; i < 200; i++)); do # until every thread of the daemon is traced
+		grep -h '^TracerPid:' /proc/"$VHOST_PID"/task/*/status 2>/dev/null |
+			awk '$2 == 0 { n++ } END { exit n > 0 }' && break
+		sleep 0.05
+	done
+	vhost_bench --vhost-user "$sock" --num-queues 1 -d 1 -c "$n" -s 4096 -q \
+		--poll-max-ns 0 >/dev/null || fail "$1: bench failed"
+	kill -INT "$st"
+	wait "$st" || true
+	for w in -w ""; do
+		# shellcheck disable=SC2086
+		vhost_bench --vhost-user "$sock2" --num-queues 1 -d 1 -c 500 -s 4096 $w --verify \
+			--pattern 7 -q --poll-max-ns 0 >/dev/null || fail "$1: bench $w --verify failed"
+	done
+	vhost_stop "$VHOST_PID"
+	python3 - "$FUNC_TMP/strace.out" "$n" <<'PY'
+import sys
+total = rw = 0
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 5 and f[-1] == "total":
+        total = int(f[3])
+    elif len(f) >= 5 and f[-1] in ("read", "preadv2", "write", "pwritev2", "readv", "writev"):
+        rw += int(f[3])
+print("%.3f %d" % (total / int(sys.argv[2]), rw))
+PY
+}
+
+for mode in ring plain epoll; do
+	case $mode in
+	plain) export IOPLANE_RING_PLAIN=1 ;;
+	epoll) export IOPLANE_LOOP_BACKEND=epoll ;;
+	esac
+	out=$(calls $mode) || exit 1
+	read -r per rw <<<"$out"
+	unset IOPLANE_RING_PLAIN IOPLANE_LOOP_BACKEND
+	echo "$mode: $per calls per request, $rw read/write calls for $n requests"
+	if [ $mode = ring ] && [ $ring_kernel = 1 ]; then
+		awk -v p="$per" 'BEGIN { exit !(p <= 1.2) }' ||
+			fail "ring: $per system calls per request (at most 1.2 expected)"
+		[ "$rw" -lt $((n / 100)) ] ||
+			fail "ring: $rw read/write calls for $n requests (kicks and interrupts belong in the ring)"
+	else
+		awk -v p="$per" 'BEGIN { exit !(p <= 3.3) }' ||
+			fail "$mode: $per system calls per request (at most 3.3 expected)"
+	fi
+done
+echo PASS
