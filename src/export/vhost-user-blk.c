@@ -104,6 +104,15 @@ static void vub_req_done(struct vblk_req *vr)
 			 q->idx, blk_op_name((enum blk_op)vr->breq.op),
 			 (unsigned long long)vr->breq.offset, (unsigned long long)vr->breq.len,
 			 strerror(-vr->error));
+	/* Live migration: the pages the request wrote (data, status byte:
+	 * virtio-blk took the status out of the writable iovecs). */
+	if (unlikely(q->vr->log)) {
+		struct iovec st = {vr->status, 1};
+
+		vring_log_iov(q->vr, r->iov + vr->nout, vr->nin);
+		if (vr->status)
+			vring_log_iov(q->vr, &st, 1);
+	}
 	vring_push(q->vr, r->head, vr->used_len);
 	pool_put(q, r);
 	q->inflight--;

@@ -42,6 +42,12 @@ struct vu_dev {
 	 * until the front-end reconnects. */
 	atomic_int mem_faulted;
 
+	/* Dirty log (SET_LOG_BASE): log_size bytes at log, inside the mapping
+	 * [log_map, log_map + log_map_len); NULL: none. */
+	uint8_t *log, *log_map;
+	size_t log_size, log_map_len;
+	int log_guard;
+
 	/* Inflight area (GET/SET_INFLIGHT_FD): nq queues of qsize entries. */
 	uint8_t *inflight;
 	size_t inflight_len;
@@ -89,6 +95,8 @@ int vu_h_get_inflight_fd(struct vu_dev *d, struct vu_reply *rep);
 int vu_h_set_inflight_fd(struct vu_dev *d, struct vu_reply *rep);
 void vu_mem_unmap_all(struct vring_mem *m);
 void vu_inflight_unmap(struct vu_dev *d);
+int vu_h_set_log_base(struct vu_dev *d, struct vu_reply *rep);
+void vu_log_unmap(struct vu_dev *d);
 /* The inflight region for queue idx of `num` entries, or NULL. */
 struct vring_inflight *vu_inflight_queue(struct vu_dev *d, unsigned idx, unsigned num);
 

@@ -25,6 +25,8 @@
 #include "util/mapguard.h"
 
 #define VU_INFLIGHT_MAX (64ull << 20)
+/* A log of 1 GiB covers 32 TiB of guest memory. */
+#define VU_LOG_MAX (1ull << 30)
 
 /* The file behind fd holds at least `len` bytes (regular files only), and
  * touching its pages never waits for another process: on FUSE a page fault
@@ -323,5 +325,59 @@ int vu_h_set_inflight_fd(struct vu_dev *d, struct vu_reply *rep)
 	if (p == MAP_FAILED)
 		return -errno;
 	inflight_set(d, p, (size_t)m.mmap_size, &m);
+	return vu_start_ready(d);
+}
+
+/* ---- dirty log ---------------------------------------------------------------- */
+
+void vu_log_unmap(struct vu_dev *d)
+{
+	mapguard_del(d->log_guard);
+	d->log_guard = 0;
+	if (d->log_map)
+		munmap(d->log_map, d->log_map_len);
+	d->log = d->log_map = NULL;
+	d->log_size = d->log_map_len = 0;
+}
+
+/* SET_LOG_BASE (LOG_SHMFD): the log the rings mark while VHOST_F_LOG_ALL is
+ * on. The rings stop while it changes (a running ring may be marking the old
+ * one) and start again with it. The reply QEMU waits for is a u64. */
+int vu_h_set_log_base(struct vu_dev *d, struct vu_reply *rep)
+{
+	struct vu_log_msg m;
+	uint64_t off;
+	void *p;
+	int ret;
+
+	if (!vu_has_pf(d, VHOST_USER_PROTOCOL_F_LOG_SHMFD))
+		return -EINVAL;
+	memcpy(&m, d->payload, sizeof(m));
+	if (!m.mmap_size || m.mmap_size > VU_LOG_MAX || m.mmap_offset > VU_LOG_MAX)
+		return -EINVAL;
+	ret = fd_covers(d->fds[0], m.mmap_offset + m.mmap_size);
+	if (ret)
+		return ret;
+	if (!vu_stop_all(d))
+		return vu_msg_wait(d);
+	off = m.mmap_offset & ~4095ull; /* mmap wants a page-aligned offset */
+	p = mmap(NULL, (size_t)(m.mmap_size + m.mmap_offset - off), PROT_READ | PROT_WRITE,
+		 MAP_SHARED, d->fds[0], (off_t)off);
+	if (p == MAP_FAILED)
+		return -errno;
+	vu_log_unmap(d);
+	d->log_map = p;
+	d->log_map_len = (size_t)(m.mmap_size + m.mmap_offset - off);
+	d->log = (uint8_t *)p + (m.mmap_offset - off);
+	d->log_size = (size_t)m.mmap_size;
+	/* Shrunk under us: zero pages and broken queues, not a SIGBUS. */
+	d->log_guard = mapguard_add(p, d->log_map_len, &d->mem_faulted);
+	if (d->log_guard < 0) {
+		d->log_guard = 0;
+		vu_log_unmap(d);
+		return -ENOSPC;
+	}
+	rep->payload[0] = 0;
+	rep->size = sizeof(uint64_t);
 	return vu_start_ready(d);
 }

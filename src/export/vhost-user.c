@@ -25,9 +25,9 @@
 #define VU_MSGS_PER_ROUND 64
 #define VU_F_PROTOCOL (1ull << VHOST_USER_F_PROTOCOL_FEATURES)
 #define VU_OUR_PF                                                                                  \
-	(1ull << VHOST_USER_PROTOCOL_F_MQ | 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK |              \
-	 1ull << VHOST_USER_PROTOCOL_F_BACKEND_REQ | 1ull << VHOST_USER_PROTOCOL_F_CONFIG |        \
-	 1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD |                                            \
+	(1ull << VHOST_USER_PROTOCOL_F_MQ | 1ull << VHOST_USER_PROTOCOL_F_LOG_SHMFD |              \
+	 1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK | 1ull << VHOST_USER_PROTOCOL_F_BACKEND_REQ |     \
+	 1ull << VHOST_USER_PROTOCOL_F_CONFIG | 1ull << VHOST_USER_PROTOCOL_F_INFLIGHT_SHMFD |     \
 	 1ull << VHOST_USER_PROTOCOL_F_RESET_DEVICE |                                              \
 	 1ull << VHOST_USER_PROTOCOL_F_CONFIGURE_MEM_SLOTS)
 
@@ -81,6 +81,11 @@ static int vq_setup(struct vu_dev *d, unsigned idx)
 	vr->event_idx = d->features & (1ull << VIRTIO_RING_F_EVENT_IDX);
 	vr->indirect = d->features & (1ull << VIRTIO_RING_F_INDIRECT_DESC);
 	vr->inflight = vu_inflight_queue(d, idx, vr->num);
+	/* Logging: while the front-end asks for it and gave us a log. */
+	vr->log = (d->features & (1ull << VHOST_F_LOG_ALL)) ? d->log : NULL;
+	vr->log_size = d->log_size;
+	vr->log_used = vq->log_used;
+	vr->log_used_gpa = vq->log_gpa;
 	return vring_start(vr);
 }
 
@@ -221,6 +226,8 @@ static void set_addr(struct vu_vq *vq, const void *msg)
 	vq->desc_uva = a->desc;
 	vq->avail_uva = a->avail;
 	vq->used_uva = a->used;
+	vq->log_gpa = a->log;
+	vq->log_used = a->flags & (1u << VHOST_VRING_F_LOG);
 	vq->have_addr = true;
 }
 
@@ -402,9 +409,10 @@ static int reply_u64(struct vu_reply *rep, uint64_t v)
 	return 0;
 }
 
+/* Dirty logging is done here and in vring.c for every device. */
 static uint64_t offered_features(struct vu_dev *d)
 {
-	return d->ops->features(d->opaque) | VU_F_PROTOCOL;
+	return d->ops->features(d->opaque) | VU_F_PROTOCOL | 1ull << VHOST_F_LOG_ALL;
 }
 
 static int h_get_features(struct vu_dev *d, struct vu_reply *rep)
@@ -438,6 +446,17 @@ static int h_set_protocol_features(struct vu_dev *d, struct vu_reply *rep)
 	if (d->payload[0] & ~VU_OUR_PF)
 		return -EINVAL;
 	d->protocol_features = d->payload[0];
+	return 0;
+}
+
+/* SET_LOG_FD: an eventfd to tell the front-end the log changed, which no
+ * front-end waits for (QEMU does not send it): taken and closed. */
+static int h_set_log_fd(struct vu_dev *d, struct vu_reply *rep)
+{
+	int fd = vu_take_fd(d, 0);
+
+	(void)rep;
+	close_fd(&fd);
 	return 0;
 }
 
@@ -504,6 +523,7 @@ static int reset(struct vu_dev *d, bool device)
 		d->features = 0;
 		vu_mem_unmap_all(&d->mem);
 		vu_inflight_unmap(d);
+		vu_log_unmap(d);
 	}
 	return 0;
 }
@@ -560,9 +580,16 @@ struct vu_handler {
 	vu_handler_fn *fn;
 	int16_t size; /* payload bytes, or VAR: the handler checks */
 	int8_t nfds;  /* fds carried, or VAR */
-	bool reply;   /* the message always has a reply */
+	int8_t reply; /* the message has a reply: 1 always, a PF_ bit + 2 when negotiated */
 	const char *name;
 };
+
+#define REPLY_IF(pf) ((int8_t)((pf) + 2))
+
+static bool has_reply(const struct vu_dev *d, const struct vu_handler *h)
+{
+	return h && (h->reply == 1 || (h->reply >= 2 && vu_has_pf(d, (unsigned)h->reply - 2)));
+}
 
 static const struct vu_handler handlers[VHOST_USER_MAX_REQUEST] = {
 	[VHOST_USER_GET_FEATURES] = {h_get_features, 0, 0, true, "GET_FEATURES"},
@@ -570,6 +597,9 @@ static const struct vu_handler handlers[VHOST_USER_MAX_REQUEST] = {
 	[VHOST_USER_SET_OWNER] = {h_set_owner, 0, 0, false, "SET_OWNER"},
 	[VHOST_USER_RESET_OWNER] = {h_reset_owner, 0, 0, false, "RESET_OWNER"},
 	[VHOST_USER_SET_MEM_TABLE] = {vu_h_set_mem_table, VAR, VAR, false, "SET_MEM_TABLE"},
+	[VHOST_USER_SET_LOG_BASE] = {vu_h_set_log_base, 16, 1,
+				     REPLY_IF(VHOST_USER_PROTOCOL_F_LOG_SHMFD), "SET_LOG_BASE"},
+	[VHOST_USER_SET_LOG_FD] = {h_set_log_fd, 0, 1, false, "SET_LOG_FD"},
 	[VHOST_USER_SET_VRING_NUM] = {h_set_vring_num, 8, 0, false, "SET_VRING_NUM"},
 	[VHOST_USER_SET_VRING_ADDR] = {h_set_vring_addr, 40, 0, false, "SET_VRING_ADDR"},
 	[VHOST_USER_SET_VRING_BASE] = {h_set_vring_base, 8, 0, false, "SET_VRING_BASE"},
@@ -746,9 +776,9 @@ static int msg_finish(struct vu_dev *d, const struct vu_handler *h, int ret, str
 	if (ret < 0)
 		log_warn("%s: %s (request %u, %u bytes, %u fds): %s", d->name, name, d->hdr.request,
 			 d->hdr.size, d->nfds, strerror(-ret));
-	if (h && h->reply && ret == 0) {
+	if (has_reply(d, h) && ret == 0) {
 		sret = vu_send(d, rep);
-	} else if (!(h && h->reply) && ack) {
+	} else if (!has_reply(d, h) && ack) {
 		r.fd = -1;
 		reply_u64(&r, ret < 0 ? (uint64_t)-ret : 0);
 		sret = vu_send(d, &r);
@@ -906,6 +936,7 @@ static void vu_finalize(struct vu_dev *d)
 		vq_reset(&d->vqs[i]);
 	vu_mem_unmap_all(&d->mem);
 	vu_inflight_unmap(d);
+	vu_log_unmap(d);
 	msg_reset(d);
 	close_fd(&d->fd);
 	close_fd(&d->backend_fd);

@@ -61,10 +61,13 @@ enum vu_request {
 #define VHOST_USER_REPLY (1u << 2)
 #define VHOST_USER_NEED_REPLY (1u << 3)
 #define VHOST_USER_F_PROTOCOL_FEATURES 30
+#define VHOST_F_LOG_ALL 26  /* dirty logging for live migration */
+#define VHOST_VRING_F_LOG 0 /* SET_VRING_ADDR: log used ring writes at addr.log */
 #define VHOST_USER_VRING_IDX_MASK 0xffu
 #define VHOST_USER_VRING_NOFD (1u << 8)
 
 #define VHOST_USER_PROTOCOL_F_MQ 0
+#define VHOST_USER_PROTOCOL_F_LOG_SHMFD 1
 #define VHOST_USER_PROTOCOL_F_REPLY_ACK 3
 #define VHOST_USER_PROTOCOL_F_BACKEND_REQ 5
 #define VHOST_USER_PROTOCOL_F_CONFIG 9
@@ -124,6 +127,13 @@ struct vu_config_msg {
 	uint8_t payload[];
 };
 
+/* SET_LOG_BASE's payload: the log is [mmap_offset, mmap_offset+mmap_size)
+ * of the fd that comes with it. */
+struct vu_log_msg {
+	uint64_t mmap_size;
+	uint64_t mmap_offset;
+};
+
 struct vu_inflight_msg {
 	uint64_t mmap_size;
 	uint64_t mmap_offset;
@@ -137,7 +147,8 @@ struct vu_vq {
 	int kick_fd, call_fd, err_fd; /* -1: none; always eventfds */
 	int retired_fd; /* call or error fd handed over, closed once the device is done */
 	uint64_t desc_uva, avail_uva, used_uva;
-	bool have_addr;
+	uint64_t log_gpa; /* where the used ring is logged, when log_used */
+	bool have_addr, log_used;
 	bool enabled; /* SET_VRING_ENABLE */
 	bool running; /* between queue_start and the stop finishing */
 	bool stopping;

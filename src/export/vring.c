@@ -13,6 +13,8 @@
 
 #define barrier() __atomic_signal_fence(__ATOMIC_SEQ_CST)
 
+static inline void log_used(const struct vring *vr);
+
 static inline uint16_t load16(const uint16_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_RELAXED);
@@ -171,6 +173,7 @@ int vring_start(struct vring *vr)
 		store16((uint16_t *)&vr->used->ring[vr->num], vr->last_avail);
 	else
 		store16(&vr->used->flags, 0);
+	log_used(vr);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	return 0;
 }
@@ -333,6 +336,46 @@ enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c)
 	return VRING_POP_CHAIN;
 }
 
+/* ---- dirty log ------------------------------------------------------------ */
+
+void vring_log_gpa(const struct vring *vr, uint64_t gpa, uint64_t len)
+{
+	uint64_t page, last;
+
+	if (!vr->log || !len || len > UINT64_MAX - gpa)
+		return;
+	last = (gpa + len - 1) / VRING_LOG_PAGE;
+	for (page = gpa / VRING_LOG_PAGE; page <= last && page / 8 < vr->log_size; page++)
+		__atomic_fetch_or(&vr->log[page / 8], (uint8_t)(1u << (page % 8)),
+				  __ATOMIC_RELAXED);
+}
+
+/* An iovec from vring_mem_map() lies inside one region. */
+void vring_log_iov(const struct vring *vr, const struct iovec *iov, unsigned n)
+{
+	const struct vring_mem *m = vr->mem;
+	unsigned i, j;
+
+	for (i = 0; i < n; i++) {
+		const uint8_t *p = iov[i].iov_base;
+
+		for (j = 0; j < m->nregions; j++) {
+			const struct vring_region *r = &m->r[j];
+
+			if (p >= r->host && (uint64_t)(p - r->host) < r->size) {
+				vring_log_gpa(vr, r->gpa + (uint64_t)(p - r->host), iov[i].iov_len);
+				break;
+			}
+		}
+	}
+}
+
+static inline void log_used(const struct vring *vr)
+{
+	if (vr->log && vr->log_used)
+		vring_log_gpa(vr, vr->log_used_gpa, vring_used_size(vr->num));
+}
+
 /* ---- used ring ---------------------------------------------------------- */
 
 void vring_push(struct vring *vr, uint16_t head, uint32_t len)
@@ -374,6 +417,7 @@ bool vring_flush(struct vring *vr)
 	if (vr->inflight)
 		inflight_batch_done(vr, vr->batch);
 	vr->batch = 0;
+	log_used(vr);
 	/* The index must be visible before we read the driver's wishes. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (!vr->event_idx)
@@ -401,6 +445,7 @@ void vring_disable_notify(struct vring *vr)
 	/* With EVENT_IDX, avail_event simply stays behind: no kicks. */
 	if (!vr->event_idx)
 		store16(&vr->used->flags, VRING_USED_F_NO_NOTIFY);
+	log_used(vr);
 }
 
 bool vring_enable_notify(struct vring *vr)
@@ -410,6 +455,7 @@ bool vring_enable_notify(struct vring *vr)
 		store16((uint16_t *)&vr->used->ring[vr->num], vr->last_avail);
 	else
 		store16(&vr->used->flags, 0);
+	log_used(vr);
 	/* Our store before the driver's index load: else a chain made available
 	 * just now would wait for a kick that the driver decided not to send. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);

@@ -124,6 +124,13 @@ struct vring {
 	const struct vring_mem *mem;
 	bool event_idx, indirect;
 	struct vring_inflight *inflight; /* NULL: no tracking */
+	/* Dirty log (VHOST_F_LOG_ALL, live migration): one bit per 4 KiB guest
+	 * page, shared with the front-end, which reads it while we write;
+	 * NULL: not logging. The used ring is logged at log_used_gpa when
+	 * log_used (VHOST_VRING_F_LOG). */
+	uint8_t *log;
+	uint64_t log_size, log_used_gpa;
+	bool log_used;
 
 	/* Runtime state. */
 	uint16_t last_avail;     /* next avail entry to take */
@@ -135,6 +142,14 @@ struct vring {
 	bool notify_off;  /* kicks suppressed */
 	uint64_t counter; /* inflight order counter */
 };
+
+#define VRING_LOG_PAGE 4096u
+
+/* Mark guest [gpa, gpa+len) dirty in vr's log (pages past its end are not
+ * ours to mark and are skipped). */
+void vring_log_gpa(const struct vring *vr, uint64_t gpa, uint64_t len);
+/* Mark the guest pages behind host iovecs (from vring_pop) dirty. */
+void vring_log_iov(const struct vring *vr, const struct iovec *iov, unsigned n);
 
 /* A walked chain: iov[0, nout) device-readable, iov[nout, nout+nin)
  * device-writable. The caller provides iov and max_iov. */

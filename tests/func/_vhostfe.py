@@ -113,7 +113,7 @@ def handshake(fe, memfd):
 class Queue:
     """One split virtqueue of NUM entries at guest address base, chains offered by hand."""
 
-    def __init__(self, fe, mem, idx, base, call=None, err=None):
+    def __init__(self, fe, mem, idx, base, call=None, err=None, addr_flags=0, log_addr=0):
         self.fe, self.mem, self.idx = fe, mem, idx
         self.desc, self.avail, self.used = base, base + 0x400, base + 0x800
         self.kick = os.eventfd(0, os.EFD_NONBLOCK)
@@ -125,8 +125,8 @@ class Queue:
         struct.pack_into('<HH', mem, self.used, 0, 0)
         fe.send(SET_VRING_NUM, struct.pack('<II', idx, NUM))
         fe.send(SET_VRING_BASE, struct.pack('<II', idx, 0))
-        fe.send(SET_VRING_ADDR, struct.pack('<IIQQQQ', idx, 0, UVA + self.desc,
-                                            UVA + self.used, UVA + self.avail, 0))
+        fe.send(SET_VRING_ADDR, struct.pack('<IIQQQQ', idx, addr_flags, UVA + self.desc,
+                                            UVA + self.used, UVA + self.avail, log_addr))
         for req, fd in ((SET_VRING_ERR, self.err), (SET_VRING_CALL, self.call),
                         (SET_VRING_KICK, self.kick)):
             if fe.set_fd(req, idx, fd):

@@ -65,8 +65,9 @@ for mode in ring plain epoll; do
 	plain) export IOPLANE_RING_PLAIN=1 ;;
 	epoll) export IOPLANE_LOOP_BACKEND=epoll ;;
 	esac
-	out=$(calls $mode) || exit 1
-	read -r per rw <<<"$out"
+	# Not in $(...): a server started in a subshell would escape the cleanup.
+	calls $mode >"$FUNC_TMP/calls.out"
+	read -r per rw <"$FUNC_TMP/calls.out"
 	unset IOPLANE_RING_PLAIN IOPLANE_LOOP_BACKEND
 	echo "$mode: $per calls per request, $rw read/write calls for $n requests"
 	if [ $mode = ring ] && [ $ring_kernel = 1 ]; then

@@ -45,8 +45,8 @@ static struct fx *fx_new(void)
 	assert_non_null(f->mem);
 	memset(f->mem, 0, MEM_SIZE);
 	f->m.nregions = 1;
-	f->m.r[0] = (struct vring_region){.gpa = GPA_BASE, .uva = 0x7000000, .size = MEM_SIZE,
-					  .host = f->mem};
+	f->m.r[0] = (struct vring_region){
+		.gpa = GPA_BASE, .uva = 0x7000000, .size = MEM_SIZE, .host = f->mem};
 	f->vr.num = NUM;
 	f->vr.desc = (struct vring_desc *)(f->mem + DESC_OFF);
 	f->vr.avail = (struct vring_avail *)(f->mem + AVAIL_OFF);
@@ -220,8 +220,10 @@ static void test_region_split(void **state)
 
 	/* Two regions, contiguous in guest space, apart in host memory. */
 	f->m.r[0].size = MEM_SIZE / 2;
-	f->m.r[1] = (struct vring_region){.gpa = GPA_BASE + MEM_SIZE / 2, .uva = 0x9000000,
-					  .size = MEM_SIZE / 2, .host = f->mem + MEM_SIZE / 2};
+	f->m.r[1] = (struct vring_region){.gpa = GPA_BASE + MEM_SIZE / 2,
+					  .uva = 0x9000000,
+					  .size = MEM_SIZE / 2,
+					  .host = f->mem + MEM_SIZE / 2};
 	f->m.nregions = 2;
 	assert_int_equal(vring_start(&f->vr), 0);
 	set_desc(f, 0, GPA_BASE + MEM_SIZE / 2 - 100, 200, 0, 0);
@@ -284,7 +286,7 @@ static void test_indirect_rules(void **state)
 	assert_int_equal(pop(f), -EINVAL); /* next past the table */
 	set_desc(f, 0, GPA_BASE + DATA_OFF, 16, VRING_DESC_F_NEXT, 1);
 	set_desc(f, 1, GPA_BASE + 0x8000, sizeof(*t), VRING_DESC_F_INDIRECT, 0);
-	assert_int_equal(pop(f), -EINVAL); /* indirect not at the head */
+	assert_int_equal(pop(f), -EINVAL);     /* indirect not at the head */
 	assert_int_equal(f->vr.last_avail, 0); /* nothing was taken */
 }
 
@@ -319,6 +321,67 @@ static void test_used_and_notify(void **state)
 	vring_push(&f->vr, 3, 1);
 	vring_push(&f->vr, 5, 1);
 	assert_true(vring_flush(&f->vr)); /* 4 -> 6 crosses 5 */
+}
+
+/* ---- dirty log ------------------------------------------------------------------------ */
+
+static bool logged(const uint8_t *log, uint64_t page)
+{
+	return log[page / 8] & (1u << (page % 8));
+}
+
+static unsigned logged_count(const uint8_t *log, size_t size)
+{
+	unsigned n = 0;
+	size_t i;
+
+	for (i = 0; i < size * 8; i++)
+		n += logged(log, i);
+	return n;
+}
+
+static void test_dirty_log(void **state)
+{
+	struct fx *f = *state;
+	uint8_t log[64] = {0}; /* 512 pages: 2 MiB of guest memory */
+	uint64_t used_gpa = GPA_BASE + USED_OFF;
+	struct iovec iov;
+
+	/* No log: nothing is touched (and nothing crashes). */
+	vring_log_gpa(&f->vr, GPA_BASE, 4096);
+	f->vr.log = log;
+	f->vr.log_size = sizeof(log);
+	vring_log_gpa(&f->vr, 8191, 2); /* straddles pages 1 and 2 */
+	assert_true(logged(log, 1) && logged(log, 2));
+	assert_int_equal(logged_count(log, sizeof(log)), 2);
+	vring_log_gpa(&f->vr, 511 * 4096, 3 * 4096); /* runs past the log: clipped */
+	assert_true(logged(log, 511));
+	vring_log_gpa(&f->vr, UINT64_MAX - 10, 100); /* wraps: ignored */
+	vring_log_gpa(&f->vr, 100 * 4096, 0);        /* empty */
+	assert_int_equal(logged_count(log, sizeof(log)), 3);
+
+	/* Host addresses back to guest pages, through the region they are in. */
+	memset(log, 0, sizeof(log));
+	iov = (struct iovec){f->mem + DATA_OFF + 4000, 200};
+	vring_log_iov(&f->vr, &iov, 1);
+	assert_true(logged(log, (GPA_BASE + DATA_OFF) / 4096));
+	assert_true(logged(log, (GPA_BASE + DATA_OFF) / 4096 + 1));
+	assert_int_equal(logged_count(log, sizeof(log)), 2);
+
+	/* The used ring, on flush and on notification changes, when asked to. */
+	memset(log, 0, sizeof(log));
+	assert_int_equal(vring_start(&f->vr), 0);
+	vring_push(&f->vr, 0, 1);
+	assert_true(vring_flush(&f->vr));
+	assert_int_equal(logged_count(log, sizeof(log)), 0); /* no VHOST_VRING_F_LOG */
+	f->vr.log_used = true;
+	f->vr.log_used_gpa = used_gpa;
+	vring_push(&f->vr, 1, 1);
+	vring_flush(&f->vr);
+	assert_true(logged(log, used_gpa / 4096));
+	memset(log, 0, sizeof(log));
+	vring_disable_notify(&f->vr);
+	assert_true(logged(log, used_gpa / 4096));
 }
 
 static void test_kick_suppression(void **state)
@@ -474,7 +537,8 @@ static int blk_teardown(void **state)
 
 /* A request of header (16 bytes at buf), data (len at buf+512, writable
  * when `in`), status (buf+8191). */
-static enum vblk_submit_result blk_req(struct blkfx *b, uint32_t type, uint64_t sector, uint32_t len, bool in)
+static enum vblk_submit_result blk_req(struct blkfx *b, uint32_t type, uint64_t sector,
+				       uint32_t len, bool in)
 {
 	struct virtio_blk_hdr h = {.type = type, .sector = sector};
 	unsigned n = 0;
@@ -528,15 +592,19 @@ static void test_blk_bad_ranges(void **state)
 	uint64_t last = 1024 * 1024 / 512;
 
 	/* sector * 512 would overflow 64 bits */
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, UINT64_MAX / 512 + 1, 512, true), VBLK_FINISHED);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, UINT64_MAX / 512 + 1, 512, true),
+			 VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
 	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, UINT64_MAX, 512, true), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, last - 1, 1024, true), VBLK_FINISHED); /* past the end */
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, last - 1, 1024, true),
+			 VBLK_FINISHED); /* past the end */
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, last - 1, 512, true), VBLK_SUBMITTED); /* last sector */
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_IN, last - 1, 512, true),
+			 VBLK_SUBMITTED); /* last sector */
 	assert_int_equal(blk_run(b), VIRTIO_BLK_S_OK);
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 100, false), VBLK_FINISHED); /* not whole sectors */
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 100, false),
+			 VBLK_FINISHED); /* not whole sectors */
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_IOERR);
 	assert_int_equal(b->done, 0); /* synchronous answers do not call done() */
 }
@@ -557,7 +625,8 @@ static void test_blk_types(void **state)
 	assert_int_equal(blk_req(b, VIRTIO_BLK_T_DISCARD, 0, sizeof(seg), false), VBLK_FINISHED);
 	assert_int_equal(b->buf[8191], VIRTIO_BLK_S_UNSUPP);
 	memcpy(b->buf + 512, &seg, sizeof(seg));
-	assert_int_equal(blk_req(b, VIRTIO_BLK_T_WRITE_ZEROES, 0, sizeof(seg), false), VBLK_SUBMITTED);
+	assert_int_equal(blk_req(b, VIRTIO_BLK_T_WRITE_ZEROES, 0, sizeof(seg), false),
+			 VBLK_SUBMITTED);
 	assert_int_equal(blk_run(b), VIRTIO_BLK_S_OK);
 	seg.flags = 0;
 	seg.num_sectors = 0xffffffff; /* beyond max_discard_sectors */
@@ -609,8 +678,7 @@ static void test_blk_config(void **state)
 	vblk_dev_config(&b->dev, &c);
 	assert_int_equal(c.writeback, 0);
 	assert_int_equal(vblk_dev_set_config(&b->dev, 0, &zero, 1), -EINVAL); /* capacity */
-	assert_int_equal(vblk_dev_set_config(&b->dev, VBLK_CONFIG_WRITEBACK_OFF, &two, 1),
-			 -EINVAL);
+	assert_int_equal(vblk_dev_set_config(&b->dev, VBLK_CONFIG_WRITEBACK_OFF, &two, 1), -EINVAL);
 	/* writethrough: a write now carries FUA */
 	assert_int_equal(blk_req(b, VIRTIO_BLK_T_OUT, 0, 512, false), VBLK_SUBMITTED);
 	assert_int_equal(b->r.breq.flags, BLK_F_FUA);
@@ -633,6 +701,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_indirect_rules, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_used_and_notify, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kick_suppression, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dirty_log, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_inflight_track, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_inflight_recover, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_inflight_hostile, setup, teardown),

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ioplane's copy of the VM test recipe (tests/vm/test-vm-vhost.sh drives it); additions:
 # --discard-zero (the discard must succeed and the range read back as zeroes),
-# --flush-required (the guest must have sent FLUSH requests), and --hotplug CMD with
-# --resize-mb N: the guest boots without the disk, CMD hot-plugs it (and resizes it).
+# --flush-required (the guest must have sent FLUSH requests), --hotplug CMD with
+# --resize-mb N: the guest boots without the disk, CMD hot-plugs it (and resizes it),
+# and --migrate: the guest is live-migrated to a second QEMU while it writes and verifies.
 #
 # run-vm-test.sh - boot a tiny Linux guest under QEMU TCG (no KVM needed) whose
 # disk is served by a storage server on this host, and verify guest I/O end to end.
@@ -77,6 +78,8 @@ DISCARD_ZERO=0
 FLUSH_REQUIRED=0
 HOTPLUG_CMD=""
 RESIZE_MB=0
+MIGRATE=0
+MIGRATE_FLAG_MB=1       # MiB before the seed region: where the host says "migrated"
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'
@@ -119,6 +122,14 @@ Options:
   --resize-mb N          after its checks the guest waits (300 s) until the disk has
                          N MiB, without a reboot; CMD resizes it when the guest
                          printed "VMTEST: waiting for resize"
+  --migrate              vhost mode: the server must also listen on \$VMTEST_SOCK2 (the
+                         same disk); a second QEMU waits there with -incoming. After its
+                         checks the guest writes and verifies from every vCPU (and fio at
+                         depth 32 with --fio) and prints "VMTEST: migrate now"; the host
+                         migrates it (QMP migrate, query-migrate: total time and downtime
+                         in the summary), the source quits, and the guest goes on on the
+                         destination until the host marks the disk (the MiB before the
+                         seed region), then verifies once more and reports from there
 Guest disk layout (MiB): [0,test) pattern | [test,test+max(perf,perf4k,16)) perf,
 fio, discard scratch | last $SEED_MB MiB: seeded by the host, only read.
 The guest WRITES to the disk: never point this at data you care about.
@@ -156,6 +167,7 @@ while [ $# -gt 0 ]; do
     --flush-required) FLUSH_REQUIRED=1 ;;
     --hotplug) HOTPLUG_CMD=$2; shift ;;
     --resize-mb) RESIZE_MB=$2; shift ;;
+    --migrate) MIGRATE=1 ;;
     --verbose) VERBOSE=1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown option: $1" ;;
@@ -174,6 +186,11 @@ for v in NUM_QUEUES DISK_MB TEST_MB PERF_MB PERF4K_MB FIO_RUNTIME TIMEOUT; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number"
 done
 [ "$NUM_QUEUES" -ge 1 ] && [ "$TEST_MB" -ge 1 ] || die "num-queues and test-mb must be >= 1"
+if [ $MIGRATE = 1 ]; then
+  [ "$MODE" = vhost ] && [ -n "$SERVER_CMD" ] && [ -z "$HOTPLUG_CMD" ] ||
+    die "--migrate needs --mode vhost and --server-cmd, without --hotplug"
+  command -v python3 >/dev/null || die "--migrate needs python3"
+fi
 [ -z "$SMP" ] && SMP=$NUM_QUEUES
 [ -z "$MEM_MB" ] && { [ $FIO = 1 ] && MEM_MB=1024 || MEM_MB=512; }
 PERF_SPAN=$(( PERF_MB > PERF4K_MB ? PERF_MB : PERF4K_MB ))
@@ -217,6 +234,8 @@ cleanup() {
     if [ -n "$qp" ]; then kill -TERM "$qp" 2>/dev/null || true; fi
     wait "$GUEST_PID" 2>/dev/null || true
   fi
+  qp=$(cat "$RUN/qemu2.pid" 2>/dev/null || true)   # a migration's destination
+  if [ -n "$qp" ] && kill -0 "$qp" 2>/dev/null; then kill -TERM "$qp" 2>/dev/null || true; fi
   if [ -n "$WATCH_PID" ]; then kill "$WATCH_PID" 2>/dev/null || true; fi
   if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
     kill -TERM -- "-$SERVER_PID" 2>/dev/null || kill -TERM "$SERVER_PID" 2>/dev/null || true
@@ -491,6 +510,42 @@ if [ "${P_resize_sectors:-0}" -gt 0 ]; then   # the host grows the disk under us
   fi
 fi
 
+if [ "${P_migrate:-0}" = 1 ]; then   # live migration while every vCPU writes and verifies
+  FLAG=$(( P_migrate_flag_mb * 256 ))   # in 4 KiB blocks: the host writes "migrated" there
+  migrated() { dd if=/dev/$DEV bs=4k skip=$FLAG count=1 iflag=direct 2>/dev/null | grep -q migrated; }
+  migrated && bad "the migration flag is set before the migration"
+  FIOPID=""
+  if [ -x /usr/bin/fio ] && [ "${P_fio:-0}" = 1 ]; then   # requests in flight at depth 32
+    fio --name=migrate --filename=/dev/$DEV --thread --ioengine=libaio --direct=1 --rw=randwrite \
+        --bs=4k --iodepth=32 --offset=$((T + 8))M --size=4M --verify=crc32c --verify_fatal=1 \
+        --time_based --runtime=3600 > /tmp/fio-mig.out 2>&1 &
+    FIOPID=$!
+  fi
+  say "migrate now"
+  r=0
+  while [ $r -lt 2000 ]; do
+    c=0; pids=""
+    while [ $c -lt $NC ]; do
+      ( o=$(( (T + c) * 16 )); dd if=/dev/urandom of=/tmp/m$c bs=64k count=16 2>/dev/null
+        dd if=/tmp/m$c of=/dev/$DEV bs=64k seek=$o count=16 oflag=direct conv=notrunc 2>/dev/null &&
+        [ "$(dd if=/dev/$DEV bs=64k skip=$o count=16 iflag=direct 2>/dev/null | sha)" = "$(sha </tmp/m$c)" ] ) &
+      pids="$pids $!"; c=$((c+1))
+    done
+    for p in $pids; do wait $p || bad "migration round $r: data read back differs"; done
+    r=$((r+1))
+    migrated && break
+  done
+  if [ -n "$FIOPID" ]; then
+    kill -INT $FIOPID; wait $FIOPID
+    if grep -q 'err= 0' /tmp/fio-mig.out && ! grep -qi 'verify: bad' /tmp/fio-mig.out; then
+      say "migrate_fio_qd32 $(grep -m1 -E '^ *write: IOPS' /tmp/fio-mig.out | sed 's/^ *//')"
+    else
+      cat /tmp/fio-mig.out; bad "fio at depth 32 failed across the migration"
+    fi
+  fi
+  migrated && say "migrate_rw=ok rounds=$r (on the destination now)" || bad "no migration after $r rounds"
+fi
+
 [ "${P_hold:-0}" = 1 ] && { say "hold: dropping to a shell"; setsid cttyhack sh; }
 finish
 GUESTINIT
@@ -547,7 +602,7 @@ start_server() {
   if [ "$MODE" = nbd-kernel ]; then
     for i in $(seq 50); do NBD_PORT=$(( 20000 + RANDOM % 20000 )); port_listening "$NBD_PORT" || break; done
   fi
-  export VMTEST_SOCK=$SOCK VMTEST_NBD_HOST=$NBD_HOST VMTEST_NBD_PORT=$NBD_PORT VMTEST_IMG=$IMG \
+  export VMTEST_SOCK=$SOCK VMTEST_SOCK2=$SOCK.dst VMTEST_NBD_HOST=$NBD_HOST VMTEST_NBD_PORT=$NBD_PORT VMTEST_IMG=$IMG \
          VMTEST_SIZE_MB=$DISK_MB VMTEST_NUM_QUEUES=$NUM_QUEUES VMTEST_MODE=$MODE VMTEST_EXPORT=$NBD_EXPORT
   if [ -z "$cmd" ]; then
     bd='--blockdev driver=file,node-name=file0,filename="$VMTEST_IMG" --blockdev driver=raw,node-name=disk0,file=file0'
@@ -564,6 +619,7 @@ start_server() {
   SERVER_PID=$!
   for i in $(seq 300); do
     if [ -n "$HOTPLUG_CMD" ]; then [ -S "$SOCK.qmp" ] && return 0
+    elif [ $MIGRATE = 1 ]; then [ -S "$SOCK" ] && [ -S "$SOCK.dst" ] && return 0
     elif [ -n "$SOCK" ]; then [ -S "$SOCK" ] && return 0; else port_listening "$NBD_PORT" && return 0; fi
     kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; die "server exited before listening"; }
     sleep 0.1
@@ -600,6 +656,7 @@ APPEND="$APPEND vmtest.test_mb=$TEST_MB vmtest.perf_mb=$PERF_MB vmtest.perf4k_mb
 [ $FIO = 1 ] && APPEND="$APPEND vmtest.fio=1 vmtest.fio_runtime=$FIO_RUNTIME vmtest.fio_mb=16"
 [ -n "$HOTPLUG_CMD" ] && APPEND="$APPEND vmtest.hotplug=1"
 [ "$RESIZE_MB" -gt 0 ] && APPEND="$APPEND vmtest.resize_sectors=$((RESIZE_MB * 2048))"
+[ $MIGRATE = 1 ] && APPEND="$APPEND vmtest.migrate=1 vmtest.migrate_flag_mb=$((DISK_MB - SEED_MB - MIGRATE_FLAG_MB))"
 
 QEMU=(qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$SMP" -m "${MEM_MB}M"
   # vhost-user needs guest RAM in shared memory (memfd, share=on) that the server can mmap
@@ -610,6 +667,10 @@ case "$MODE" in
   vhost)
     if [ -n "$HOTPLUG_CMD" ]; then    # the disk comes later, through QEMU's monitor
       QEMU+=(-qmp "unix:$RUN/qemu.qmp,server=on,wait=off")
+    elif [ $MIGRATE = 1 ]; then       # the destination gets the same, on the second socket
+      QEMU+=(-qmp "unix:$RUN/qemu.qmp,server=on,wait=off"
+             -chardev "socket,id=vu0,path=$SOCK"
+             -device "vhost-user-blk-pci,chardev=vu0,num-queues=$NUM_QUEUES${DEVICE_OPTS:+,$DEVICE_OPTS}")
     else
       QEMU+=(-chardev "socket,id=vu0,path=$SOCK"
              -device "vhost-user-blk-pci,chardev=vu0,num-queues=$NUM_QUEUES${DEVICE_OPTS:+,$DEVICE_OPTS}")
@@ -628,6 +689,18 @@ case "$MODE" in
     APPEND="$APPEND vmtest.dev=nbd0 vmtest.nbd_host=$GHOST vmtest.nbd_port=$NBD_PORT vmtest.nbd_export=$NBD_EXPORT vmtest.nbd_conns=$NUM_QUEUES" ;;
 esac
 QEMU+=(-append "$APPEND" ${QEMU_EXTRA[@]+"${QEMU_EXTRA[@]}"})
+if [ $MIGRATE = 1 ]; then
+  QEMU2=()
+  for a in "${QEMU[@]}"; do
+    case "$a" in
+      "socket,id=vu0,path=$SOCK") a="socket,id=vu0,path=$SOCK.dst" ;;
+      "unix:$RUN/qemu.qmp,server=on,wait=off") a="unix:$RUN/qemu2.qmp,server=on,wait=off" ;;
+      "$RUN/qemu.pid") a="$RUN/qemu2.pid" ;;
+    esac
+    QEMU2+=("$a")
+  done
+  QEMU2+=(-incoming "unix:$RUN/migrate.sock")
+fi
 printf '%q ' "${QEMU[@]}" > "$RUN/qemu-cmd.txt"; echo >> "$RUN/qemu-cmd.txt"
 log "qemu: $(cat "$RUN/qemu-cmd.txt")"
 
@@ -648,16 +721,32 @@ if [ -n "$SERVER_PID" ]; then watch_server & WATCH_PID=$!; fi
 
 # Run the guest; prefix every console line with host seconds since QEMU start.
 # (In the background + wait, so that INT/TERM reach our trap, which stops QEMU.)
+# run_guest [2]: the source QEMU (console.log, qemu.rc), or with 2 the migration's
+# destination (console2.log, qemu2.rc).
 run_guest() {
+  local n=${1:-} cmd
   set +e
-  timeout -k 10 "$TIMEOUT" "${QEMU[@]}" </dev/null 2>&1 | while IFS= read -r line; do
+  if [ -n "$n" ]; then cmd=("${QEMU2[@]}"); else cmd=("${QEMU[@]}"); fi
+  timeout -k 10 "$TIMEOUT" "${cmd[@]}" </dev/null 2>&1 | while IFS= read -r line; do
     line=${line%$'\r'}
     ms=$(( (${EPOCHREALTIME/./} - T0) / 1000 ))
     printf '[host %4d.%03d] %s\n' $((ms / 1000)) $((ms % 1000)) "$line"
-  done | tee "$CONSOLE_LOG"
-  echo "${PIPESTATUS[0]}" > "$RUN/qemu.rc"
+  done | tee "$RUN/console$n.log"
+  echo "${PIPESTATUS[0]}" > "$RUN/qemu$n.rc"
 }
 T0=${EPOCHREALTIME/./}
+DEST_PID=""
+if [ $MIGRATE = 1 ]; then
+  run_guest 2 > /dev/null & DEST_PID=$!
+  for i in $(seq 300); do [ -S "$RUN/qemu2.qmp" ] && break; sleep 0.1; done
+  ( export VMTEST_QEMU_QMP=$RUN/qemu.qmp VMTEST_QEMU2_QMP=$RUN/qemu2.qmp VMTEST_CONSOLE=$CONSOLE_LOG \
+      VMTEST_IMG=$IMG VMTEST_FLAG_OFFSET=$(( (DISK_MB - SEED_MB - MIGRATE_FLAG_MB) * 1048576 ))
+    rc=0; python3 "$(dirname "${BASH_SOURCE[0]}")/vm-migrate.py" "unix:$RUN/migrate.sock" \
+      >"$RUN/migrate.log" 2>&1 || rc=$?; echo $rc >"$RUN/migrate.rc"
+    # A failed migration leaves the guest looping on the source: stop it now.
+    if [ $rc != 0 ]; then kill -TERM "$(cat "$RUN/qemu.pid" 2>/dev/null)" 2>/dev/null || true; fi ) &
+  MIGRATE_PID=$!
+fi
 run_guest & GUEST_PID=$!
 if [ -n "$HOTPLUG_CMD" ]; then
   ( export VMTEST_QEMU_QMP=$RUN/qemu.qmp VMTEST_CONSOLE=$CONSOLE_LOG
@@ -666,6 +755,15 @@ if [ -n "$HOTPLUG_CMD" ]; then
 fi
 wait "$GUEST_PID" || true
 if [ -n "$HOTPLUG_CMD" ]; then wait "$HOTPLUG_PID" 2>/dev/null || true; fi
+if [ $MIGRATE = 1 ]; then
+  wait "$MIGRATE_PID" 2>/dev/null || true
+  # Without a completed migration the destination only waits: stop it.
+  if [ "$(cat "$RUN/migrate.rc" 2>/dev/null)" != 0 ]; then
+    kill "$(cat "$RUN/qemu2.pid" 2>/dev/null)" 2>/dev/null || true
+  fi
+  wait "$DEST_PID" || true
+  cat "$RUN/console2.log" >> "$CONSOLE_LOG" 2>/dev/null || true
+fi
 GUEST_PID=""
 QRC=$(cat "$RUN/qemu.rc" 2>/dev/null || echo 255)
 if [ -n "$WATCH_PID" ]; then kill "$WATCH_PID" 2>/dev/null || true; wait "$WATCH_PID" 2>/dev/null || true; WATCH_PID=""; fi
@@ -679,6 +777,12 @@ if [ -n "$HOTPLUG_CMD" ] && [ "$(cat "$RUN/hotplug.rc" 2>/dev/null)" != 0 ]; the
   FAIL="$FAIL hotplug-cmd-failed"; echo "--- hotplug log ---"; cat "$RUN/hotplug.log"
 fi
 [ "$QRC" != 0 ] && [ "$QRC" != 124 ] && [ ! -e "$RUN/server-died" ] && FAIL="$FAIL qemu-exit-$QRC"
+if [ $MIGRATE = 1 ]; then
+  [ "$(cat "$RUN/migrate.rc" 2>/dev/null)" = 0 ] || FAIL="$FAIL migration-failed"
+  Q2=$(cat "$RUN/qemu2.rc" 2>/dev/null || echo 255)
+  [ "$Q2" = 0 ] || FAIL="$FAIL destination-qemu-exit-$Q2"
+  echo "--- migration log ---"; cat "$RUN/migrate.log"
+fi
 RES=$(grep -m1 'VMTEST: RESULT' "$CONSOLE_LOG" || true)
 case "$RES" in *"RESULT PASS"*) ;; *) FAIL="$FAIL guest:${RES#*VMTEST: }"; [ -z "$RES" ] && FAIL="$FAIL(no result line)";; esac
 
@@ -698,7 +802,7 @@ PASS_AT=$(sed -n 's/^\[host *\([0-9.]*\)\] VMTEST: RESULT PASS.*/\1/p' "$CONSOLE
 echo "==================== run-vm-test summary ===================="
 echo "mode=$MODE num_queues=$NUM_QUEUES smp=$SMP mem=${MEM_MB}M kernel=$KDEB_NAME"
 if [ $EXTERNAL = 1 ]; then echo "server: external ${SOCKET:-$NBD_TCP}"; else echo "server: ${SERVER_CMD:-qemu-storage-daemon} (pid $SERVER_PID)"; fi
-grep -E 'VMTEST: (resize|guest_queues|queue |virtio_features|disk_mb|cache_type|io_stats|irq |seed_check|serial_rw|parallel_rw|discard|perf |fio_|nbd|WARN|ERROR)' "$CONSOLE_LOG" \
+grep -E 'VMTEST: (resize|migrate_|guest_queues|queue |virtio_features|disk_mb|cache_type|io_stats|irq |seed_check|serial_rw|parallel_rw|discard|perf |fio_|nbd|WARN|ERROR)' "$CONSOLE_LOG" \
   | sed 's/^\[host *[0-9.]*\] VMTEST: /  /' || true
 echo "  host_image_check=$HOSTCHK"
 echo "  qemu_wall_s=$((WALL_MS / 1000)).$(printf %03d $((WALL_MS % 1000))) boot_to_result_s=${PASS_AT:-n/a} (host clock, from QEMU start)"

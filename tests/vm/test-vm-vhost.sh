@@ -5,13 +5,15 @@
 # verifies patterns serially and from every vCPU (so every queue is used), FLUSH must
 # be sent, and a DISCARD must succeed and read back as zeroes; the host then checks the
 # image holds what the guest wrote. Once more with the disk hot-plugged into the running
-# guest (export over ioplane's QMP, QEMU's device_add) and resized under it.
+# guest (export over ioplane's QMP, QEMU's device_add) and resized under it, and once
+# live-migrated to a second QEMU (on a second export of the same disk) while it writes.
 # Recipe: tests/vm/run-vm-test.sh.
 #
 # Needs qemu-system-x86_64, busybox-static, cpio, dpkg-deb and apt-get (the kernel .deb
 # is fetched once from Debian's archive with `apt-get download` and cached in
 # $IOPLANE_VM_WORKDIR, default /var/tmp/ioplane-vmtest). Skips (77) when any is missing.
-# IOPLANE_VM_QUEUES="1 2 4" picks the runs; IOPLANE_VM_QCOW2=0 skips the qcow2 run.
+# IOPLANE_VM_QUEUES="1 2 4" picks the runs; IOPLANE_VM_QCOW2=0 skips the qcow2 run,
+# IOPLANE_VM_MIGRATE=0 the migration.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -73,6 +75,19 @@ if [ "${IOPLANE_VM_HOTPLUG:-1}" = 1 ]; then
 		--hotplug "exec python3 $here/vm-hotplug.py d ${resize:+$((resize * 1048576))}"
 	grep -q 'resize=ok' "$tmp/hotplug.log" && echo "the guest saw the resize: ok"
 	[ -n "$resize" ] || echo "(block_resize not available in this ioplane: no resize run)"
+fi
+
+# Live migration: the same disk exported on a second socket for the destination QEMU;
+# the guest writes and verifies from both vCPUs (and fio at depth 32 keeps requests in
+# flight) while QEMU migrates it, and goes on without an error on the destination.
+if [ "${IOPLANE_VM_MIGRATE:-1}" = 1 ]; then
+	fio=
+	command -v fio >/dev/null 2>&1 && fio=--fio
+	mig_opts='image=d,num-queues=2,writable=on,serial=ioplane-vm'
+	run migrate --num-queues 2 --migrate $fio --fio-runtime 2 \
+		--server-cmd "exec $serve --image d,file=\"\$VMTEST_IMG\",format=raw --vhost-user-blk unix=\"\$VMTEST_SOCK\",$mig_opts --vhost-user-blk unix=\"\$VMTEST_SOCK2\",$mig_opts"
+	grep -q 'migrate_rw=ok' "$tmp/migrate.log" || { echo "FAIL: no migrate_rw=ok"; exit 1; }
+	grep 'migration: completed' "$tmp/migrate.log"
 fi
 
 for nq in $queues; do

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""The host side of a migration run of run-vm-test.sh (--migrate): once the guest prints
+"VMTEST: migrate now" (it then writes and verifies from every vCPU), migrate it from the
+source QEMU ($VMTEST_QEMU_QMP) to the destination waiting with -incoming
+($VMTEST_QEMU2_QMP), wait (bounded) until query-migrate says completed and the
+destination runs, print the migration's total time and downtime, write "migrated" into
+the disk image at $VMTEST_FLAG_OFFSET (the guest stops its loop when it reads it) and
+quit the source. Usage: vm-migrate.py URI"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'func'))
+from _qmp import Client, fail  # noqa: E402
+
+
+def wait_console(text, secs):
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        try:
+            with open(os.environ['VMTEST_CONSOLE'], errors='replace') as f:
+                if text in f.read():
+                    return
+        except FileNotFoundError:
+            pass
+        time.sleep(0.2)
+    fail('the guest did not print %r within %d s' % (text, secs))
+
+
+def ok(c, name, args=None):
+    r = c.cmd(name, args)
+    if 'return' not in r:
+        fail('%s %r: %r' % (name, args, r))
+    return r['return']
+
+
+def poll(c, name, done, secs, what):
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        r = ok(c, name)
+        if done(r):
+            return r
+        time.sleep(0.2)
+    fail('%s: not within %d s (last: %r)' % (what, secs, r))
+
+
+def main():
+    uri = sys.argv[1]
+    wait_console('VMTEST: migrate now', 900)
+    src = Client(os.environ['VMTEST_QEMU_QMP']).negotiate()
+    dst = Client(os.environ['VMTEST_QEMU2_QMP']).negotiate()
+    ok(src, 'migrate', {'uri': uri})
+    print('migrate %s: started' % uri, flush=True)
+    r = poll(src, 'query-migrate',
+             lambda r: r.get('status') in ('completed', 'failed', 'cancelled'), 600,
+             'migration')
+    if r['status'] != 'completed':
+        fail('migration %s: %r' % (r['status'], r))
+    poll(dst, 'query-status', lambda r: r.get('status') == 'running', 60,
+         'the destination running')
+    print('migration: completed total_ms=%s downtime_ms=%s setup_ms=%s ram_mb=%d' % (
+        r.get('total-time'), r.get('downtime'), r.get('setup-time'),
+        r.get('ram', {}).get('transferred', 0) >> 20), flush=True)
+    fd = os.open(os.environ['VMTEST_IMG'], os.O_WRONLY)
+    try:
+        os.pwrite(fd, b'migrated'.ljust(4096, b'\0'), int(os.environ['VMTEST_FLAG_OFFSET']))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    src.cmd('quit')
+    print('source: quit', flush=True)
+
+
+if __name__ == '__main__':
+    main()
