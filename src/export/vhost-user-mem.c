@@ -301,6 +301,17 @@ fail:
 	return ret;
 }
 
+/* Before mapping len bytes of the message's fd: it covers them (-errno if
+ * not), and no ring runs (1: some stop later, wait for them). */
+static int stop_to_map(struct vu_dev *d, uint64_t len)
+{
+	int ret = fd_covers(d->fds[0], len);
+
+	if (ret)
+		return ret;
+	return vu_stop_all(d) ? 0 : 1;
+}
+
 int vu_h_set_inflight_fd(struct vu_dev *d, struct vu_reply *rep)
 {
 	struct vu_inflight_msg m;
@@ -315,11 +326,9 @@ int vu_h_set_inflight_fd(struct vu_dev *d, struct vu_reply *rep)
 	if (m.mmap_size < need || m.mmap_size > VU_INFLIGHT_MAX || (m.mmap_offset & 4095) ||
 	    m.mmap_offset > VU_INFLIGHT_MAX)
 		return -EINVAL;
-	ret = fd_covers(d->fds[0], m.mmap_offset + m.mmap_size);
+	ret = stop_to_map(d, m.mmap_offset + m.mmap_size);
 	if (ret)
-		return ret;
-	if (!vu_stop_all(d))
-		return vu_msg_wait(d);
+		return ret < 0 ? ret : vu_msg_wait(d);
 	p = mmap(NULL, (size_t)m.mmap_size, PROT_READ | PROT_WRITE, MAP_SHARED, d->fds[0],
 		 (off_t)m.mmap_offset);
 	if (p == MAP_FAILED)
@@ -355,11 +364,9 @@ int vu_h_set_log_base(struct vu_dev *d, struct vu_reply *rep)
 	memcpy(&m, d->payload, sizeof(m));
 	if (!m.mmap_size || m.mmap_size > VU_LOG_MAX || m.mmap_offset > VU_LOG_MAX)
 		return -EINVAL;
-	ret = fd_covers(d->fds[0], m.mmap_offset + m.mmap_size);
+	ret = stop_to_map(d, m.mmap_offset + m.mmap_size);
 	if (ret)
-		return ret;
-	if (!vu_stop_all(d))
-		return vu_msg_wait(d);
+		return ret < 0 ? ret : vu_msg_wait(d);
 	off = m.mmap_offset & ~4095ull; /* mmap wants a page-aligned offset */
 	p = mmap(NULL, (size_t)(m.mmap_size + m.mmap_offset - off), PROT_READ | PROT_WRITE,
 		 MAP_SHARED, d->fds[0], (off_t)off);

@@ -157,3 +157,36 @@ expect_line() {
 expect_grep() {
 	grep -qE -- "$2" "$1" || { cat "$1" >&2; fail "no match for /$2/ in ${1##*/}"; }
 }
+
+# strace_start PID OUT: `strace -c -f` every thread of PID into OUT, and wait (bounded)
+# until each thread is traced; strace_stop ends it, leaving the summary in OUT.
+strace_start() {
+	local i
+	strace -c -f -o "$2" -p "$1" 2>"$2.err" &
+	STRACE_PID=$!
+	for ((i = 0; i < 200; i++)); do
+		grep -h '^TracerPid:' /proc/"$1"/task/*/status 2>/dev/null |
+			awk '$2 == 0 { n++ } END { exit n > 0 }' && return 0
+		sleep 0.05
+	done
+}
+strace_stop() {
+	kill -INT "$STRACE_PID"
+	wait "$STRACE_PID" || true
+}
+
+# strace_calls OUT [NAME...]: prints "TOTAL N", the calls in strace's summary OUT, all of
+# them and those of the NAMEs.
+strace_calls() {
+	python3 - "$@" <<'PY'
+import sys
+total = named = 0
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 5 and f[-1] == "total":
+        total = int(f[3])
+    elif len(f) >= 5 and f[-1] in sys.argv[2:]:
+        named += int(f[3])
+print(total, named)
+PY
+}

@@ -25,33 +25,19 @@ IFS=.- read -r kmaj kmin _ <<<"$(uname -r)"
 
 # calls_per_io DEPTH IOS: run fio under strace -c -f -p NBD_PID; prints "calls/IO recvs".
 calls_per_io() {
-	local depth=$1 ios=$2 st i out
-	strace -c -f -o "$NBD_TMP/strace.out" -p "$NBD_PID" 2>"$NBD_TMP/strace.err" &
-	st=$!
-	# Until every thread of the daemon is traced.
-	for ((i = 0; i < 200; i++)); do
-		grep -h '^TracerPid:' /proc/"$NBD_PID"/task/*/status 2>/dev/null |
-			awk '$2 == 0 { n++ } END { exit n > 0 }' && break
-		sleep 0.05
-	done
+	local depth=$1 ios=$2 out total recv
+	strace_start "$NBD_PID" "$NBD_TMP/strace.out"
 	out=$(cd "$NBD_TMP" && timeout 300 fio --name=sc --ioengine=nbd \
 		--uri="$(nbd_uri e0 "$sock")" --rw=randread --bs=4k --size=256M \
 		--iodepth="$depth" --number_ios="$ios" --randrepeat=0 --output-format=json) ||
 		fail "fio: $out"
-	kill -INT "$st"
-	wait "$st" || true
-	python3 - "$NBD_TMP/strace.out" "$out" <<'EOF'
+	strace_stop
+	read -r total recv <<<"$(strace_calls "$NBD_TMP/strace.out" recvfrom recvmsg readv)"
+	python3 - "$total" "$recv" "$out" <<'EOF'
 import json, sys
-total = recv = 0
-for line in open(sys.argv[1]):
-    f = line.split()
-    if len(f) >= 5 and f[-1] == "total":
-        total = int(f[3])
-    elif len(f) >= 5 and f[-1] in ("recvfrom", "recvmsg", "readv"):
-        recv += int(f[3])
-s = sys.argv[2]
+s = sys.argv[3]
 ios = json.loads(s[s.index("{"):])["jobs"][0]["read"]["total_ios"]
-print("%.3f %d" % (total / max(ios, 1), recv))
+print("%.3f %s" % (int(sys.argv[1]) / max(ios, 1), sys.argv[2]))
 EOF
 }
 

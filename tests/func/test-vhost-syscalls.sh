@@ -24,40 +24,24 @@ IFS=.- read -r kmaj kmin _ <<<"$(uname -r)"
 
 # calls MODE: prints "calls/request rw-calls" for n requests of one server in MODE.
 calls() {
-	local st i
+	local total rw
 	vhost_serve "$sock" --iothreads 1 --image d,driver=null,size=64M \
 		--image f,file="$FUNC_TMP/disk.raw",format=raw \
 		--vhost-user-blk unix="$sock",image=d,num-queues=1 \
 		--vhost-user-blk unix="$sock2",image=f,num-queues=1,writable=on
 	vhost_wait_socket "$VHOST_PID" "$sock2"
-	strace -c -f -o "$FUNC_TMP/strace.out" -p "$VHOST_PID" 2>"$FUNC_TMP/strace.err" &
-	st=$!
-	for ((i = 0; i < 200; i++)); do # until every thread of the daemon is traced
-		grep -h '^TracerPid:' /proc/"$VHOST_PID"/task/*/status 2>/dev/null |
-			awk '$2 == 0 { n++ } END { exit n > 0 }' && break
-		sleep 0.05
-	done
+	strace_start "$VHOST_PID" "$FUNC_TMP/strace.out"
 	vhost_bench --vhost-user "$sock" --num-queues 1 -d 1 -c "$n" -s 4096 -q \
 		--poll-max-ns 0 >/dev/null || fail "$1: bench failed"
-	kill -INT "$st"
-	wait "$st" || true
+	strace_stop
 	for w in -w ""; do
 		# shellcheck disable=SC2086
 		vhost_bench --vhost-user "$sock2" --num-queues 1 -d 1 -c 500 -s 4096 $w --verify \
 			--pattern 7 -q --poll-max-ns 0 >/dev/null || fail "$1: bench $w --verify failed"
 	done
 	vhost_stop "$VHOST_PID"
-	python3 - "$FUNC_TMP/strace.out" "$n" <<'PY'
-import sys
-total = rw = 0
-for line in open(sys.argv[1]):
-    f = line.split()
-    if len(f) >= 5 and f[-1] == "total":
-        total = int(f[3])
-    elif len(f) >= 5 and f[-1] in ("read", "preadv2", "write", "pwritev2", "readv", "writev"):
-        rw += int(f[3])
-print("%.3f %d" % (total / int(sys.argv[2]), rw))
-PY
+	read -r total rw <<<"$(strace_calls "$FUNC_TMP/strace.out" read preadv2 write pwritev2 readv writev)"
+	awk -v t="$total" -v n="$n" -v rw="$rw" 'BEGIN { printf "%.3f %d\n", t / n, rw }'
 }
 
 for mode in ring plain epoll; do

@@ -7,31 +7,9 @@ the node (block_resize) when the guest waits for that. Every wait is bounded.
 Usage: vm-hotplug.py NODE [RESIZE_BYTES]"""
 import os
 import sys
-import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'func'))
-from _qmp import Client, fail  # noqa: E402
-
-
-def wait_console(text, secs):
-    deadline = time.monotonic() + secs
-    while time.monotonic() < deadline:
-        try:
-            with open(os.environ['VMTEST_CONSOLE'], errors='replace') as f:
-                if text in f.read():
-                    return
-        except FileNotFoundError:
-            pass
-        time.sleep(0.5)
-    fail('the guest did not print %r within %d s' % (text, secs))
-
-
-def ok(c, name, args=None):
-    r = c.cmd(name, args)
-    if 'return' not in r:
-        fail('%s %r: %r' % (name, args, r))
-    print('%s: ok' % name, flush=True)
-    return r['return']
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vmhost import Client, fail, ok, wait_console  # noqa: E402
 
 
 def main():
