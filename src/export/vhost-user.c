@@ -65,6 +65,39 @@ static bool vq_wants_run(const struct vu_dev *d, const struct vu_vq *vq)
 	return vq->kick_fd >= 0 && enabled && d->mem.nregions && !d->closing;
 }
 
+static void vq_setup_common(struct vu_dev *d, struct vu_vq *vq)
+{
+	struct vring *vr = &vq->vr;
+
+	vr->mem = &d->mem;
+	vr->event_idx = d->features & (1ull << VIRTIO_RING_F_EVENT_IDX);
+	vr->indirect = d->features & (1ull << VIRTIO_RING_F_INDIRECT_DESC);
+	/* Logging: while the front-end asks for it and gave us a log. */
+	vr->log = (d->features & (1ull << VHOST_F_LOG_ALL)) ? d->log : NULL;
+	vr->log_size = d->log_size;
+	vr->log_used = vq->log_used;
+	vr->log_used_gpa = vq->log_gpa;
+}
+
+/* A packed ring: the descriptor ring, then the driver and device event
+ * suppression areas where SET_VRING_ADDR puts the avail and used rings. */
+static int vq_setup_packed(struct vu_dev *d, struct vu_vq *vq)
+{
+	struct vring *vr = &vq->vr;
+
+	vr->desc = NULL;
+	vr->avail = NULL;
+	vr->used = NULL;
+	vr->pdesc = vring_mem_uva(&d->mem, vq->desc_uva, 16ull * vr->num);
+	vr->driver_event = vring_mem_uva(&d->mem, vq->avail_uva, 4);
+	vr->device_event = vring_mem_uva(&d->mem, vq->used_uva, 4);
+	if (!vr->pdesc || !vr->driver_event || !vr->device_event)
+		return -EFAULT;
+	vq_setup_common(d, vq);
+	vr->inflight = NULL;
+	return vring_start(vr);
+}
+
 static int vq_setup(struct vu_dev *d, unsigned idx)
 {
 	struct vu_vq *vq = &d->vqs[idx];
@@ -72,20 +105,20 @@ static int vq_setup(struct vu_dev *d, unsigned idx)
 
 	if (!vq->have_addr || !vr->num)
 		return -EINVAL;
+	vr->packed = d->features & (1ull << VIRTIO_F_RING_PACKED);
+	if (vq->base_set) {
+		vring_set_base(vr, vq->base);
+		vq->base_set = false;
+	}
+	if (vr->packed)
+		return vq_setup_packed(d, vq);
 	vr->desc = vring_mem_uva(&d->mem, vq->desc_uva, vring_desc_size(vr->num));
 	vr->avail = vring_mem_uva(&d->mem, vq->avail_uva, vring_avail_size(vr->num));
 	vr->used = vring_mem_uva(&d->mem, vq->used_uva, vring_used_size(vr->num));
 	if (!vr->desc || !vr->avail || !vr->used)
 		return -EFAULT;
-	vr->mem = &d->mem;
-	vr->event_idx = d->features & (1ull << VIRTIO_RING_F_EVENT_IDX);
-	vr->indirect = d->features & (1ull << VIRTIO_RING_F_INDIRECT_DESC);
+	vq_setup_common(d, vq);
 	vr->inflight = vu_inflight_queue(d, idx, vr->num);
-	/* Logging: while the front-end asks for it and gave us a log. */
-	vr->log = (d->features & (1ull << VHOST_F_LOG_ALL)) ? d->log : NULL;
-	vr->log_size = d->log_size;
-	vr->log_used = vq->log_used;
-	vr->log_used_gpa = vq->log_gpa;
 	return vring_start(vr);
 }
 
@@ -216,7 +249,8 @@ static void set_num(struct vu_vq *vq, const void *msg)
 
 static void set_base(struct vu_vq *vq, const void *msg)
 {
-	vq->vr.last_avail = (uint16_t)((const struct vu_vring_state *)msg)->num;
+	vq->base = ((const struct vu_vring_state *)msg)->num;
+	vq->base_set = true;
 }
 
 static void set_addr(struct vu_vq *vq, const void *msg)
@@ -259,7 +293,9 @@ static int h_set_vring_base(struct vu_dev *d, struct vu_reply *rep)
 
 	(void)rep;
 	memcpy(&s, d->payload, sizeof(s));
-	if (s.num > 0xffff)
+	/* Split: an avail index. Packed: two slots with their wrap counters,
+	 * checked against the ring size at start. */
+	if (s.num > 0xffff && !(d->features & (1ull << VIRTIO_F_RING_PACKED)))
 		return -EINVAL;
 	return msg_set_vring(d, s.index, set_base, &s);
 }
@@ -276,7 +312,7 @@ static int h_get_vring_base(struct vu_dev *d, struct vu_reply *rep)
 		return vu_msg_wait(d);
 	vq = &d->vqs[s.index];
 	/* The ring is stopped until the next SET_VRING_KICK. */
-	s.num = vq->vr.last_avail;
+	s.num = vq->base_set ? vq->base : vring_get_base(&vq->vr);
 	close_fd(&vq->kick_fd);
 	close_fd(&vq->call_fd);
 	memcpy(rep->payload, &s, sizeof(s));
@@ -412,7 +448,8 @@ static int reply_u64(struct vu_reply *rep, uint64_t v)
 /* Dirty logging is done here and in vring.c for every device. */
 static uint64_t offered_features(struct vu_dev *d)
 {
-	return d->ops->features(d->opaque) | VU_F_PROTOCOL | 1ull << VHOST_F_LOG_ALL;
+	return d->ops->features(d->opaque) | VU_F_PROTOCOL | 1ull << VHOST_F_LOG_ALL |
+	       1ull << VIRTIO_F_RING_PACKED;
 }
 
 static int h_get_features(struct vu_dev *d, struct vu_reply *rep)

@@ -149,6 +149,8 @@ struct vu_vq {
 	uint64_t desc_uva, avail_uva, used_uva;
 	uint64_t log_gpa; /* where the used ring is logged, when log_used */
 	bool have_addr, log_used;
+	uint32_t base; /* SET_VRING_BASE's value, applied at the next start (base_set) */
+	bool base_set;
 	bool enabled; /* SET_VRING_ENABLE */
 	bool running; /* between queue_start and the stop finishing */
 	bool stopping;

@@ -97,6 +97,11 @@ static bool ring_layout_ok(const struct vring *vr)
 
 	if (!num || num > VRING_MAX_SIZE || (num & (num - 1)))
 		return false;
+	/* virtio 1.2 2.8.10: descriptor ring 16, event suppression areas 4. */
+	if (vr->packed)
+		return vr->pdesc && vr->driver_event && vr->device_event && vr->mem &&
+		       !((uintptr_t)vr->pdesc & 15) && !((uintptr_t)vr->driver_event & 3) &&
+		       !((uintptr_t)vr->device_event & 3);
 	if (!vr->desc || !vr->avail || !vr->used || !vr->mem)
 		return false;
 	/* virtio 1.2 2.7: descriptor table 16, available ring 2, used ring 4. */
@@ -159,6 +164,8 @@ int vring_start(struct vring *vr)
 
 	if (!ring_layout_ok(vr))
 		return -EINVAL;
+	if (vr->packed)
+		return vring_packed_start(vr);
 	if (vr->inflight && (vr->inflight->version && vr->inflight->desc_num != vr->num))
 		return -EINVAL;
 	used_idx = load16(&vr->used->idx);
@@ -243,7 +250,7 @@ static int walk_indirect(const struct vring *vr, const struct vring_desc *d, uns
 	return 0;
 }
 
-static int walk_buffer(const struct vring *vr, const struct vring_desc *d, struct vring_chain *c)
+int vring_walk_buffer(const struct vring *vr, const struct vring_desc *d, struct vring_chain *c)
 {
 	unsigned used = c->nout + c->nin;
 	int n = 0;
@@ -300,7 +307,7 @@ int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c)
 		/* More descriptors than the table holds: the chain loops. */
 		if (++count > tnum)
 			return -ELOOP;
-		ret = walk_buffer(vr, &d, c);
+		ret = vring_walk_buffer(vr, &d, c);
 		if (ret < 0)
 			return ret;
 		if (!(d.flags & VRING_DESC_F_NEXT))
@@ -313,9 +320,11 @@ int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c)
 
 enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c)
 {
-	uint16_t avail_idx = __atomic_load_n(&vr->avail->idx, __ATOMIC_ACQUIRE);
-	uint16_t head;
+	uint16_t avail_idx, head;
 
+	if (vr->packed)
+		return vring_packed_pop(vr, c);
+	avail_idx = __atomic_load_n(&vr->avail->idx, __ATOMIC_ACQUIRE);
 	if (avail_idx == vr->last_avail)
 		return VRING_POP_EMPTY;
 	/* The driver cannot have more chains out than the ring has entries. */
@@ -380,8 +389,13 @@ static inline void log_used(const struct vring *vr)
 
 void vring_push(struct vring *vr, uint16_t head, uint32_t len)
 {
-	struct vring_used_elem *e = &vr->used->ring[vr->used_idx & (vr->num - 1)];
+	struct vring_used_elem *e;
 
+	if (vr->packed) {
+		vring_packed_push(vr, head, len);
+		return;
+	}
+	e = &vr->used->ring[vr->used_idx & (vr->num - 1)];
 	store32(&e->id, head);
 	store32(&e->len, len);
 	vr->used_idx++;
@@ -410,6 +424,8 @@ bool vring_flush(struct vring *vr)
 	uint16_t old, event;
 	bool valid;
 
+	if (vr->packed)
+		return vring_packed_flush(vr);
 	if (!vr->batch)
 		return false;
 	/* Used entries before the index that publishes them. */
@@ -434,6 +450,8 @@ bool vring_flush(struct vring *vr)
 
 bool vring_avail_pending(const struct vring *vr)
 {
+	if (vr->packed)
+		return vring_packed_avail_pending(vr);
 	return load16(&vr->avail->idx) != vr->last_avail;
 }
 
@@ -442,6 +460,10 @@ void vring_disable_notify(struct vring *vr)
 	if (vr->notify_off)
 		return;
 	vr->notify_off = true;
+	if (vr->packed) {
+		vring_packed_notify(vr, false);
+		return;
+	}
 	/* With EVENT_IDX, avail_event simply stays behind: no kicks. */
 	if (!vr->event_idx)
 		store16(&vr->used->flags, VRING_USED_F_NO_NOTIFY);
@@ -451,6 +473,11 @@ void vring_disable_notify(struct vring *vr)
 bool vring_enable_notify(struct vring *vr)
 {
 	vr->notify_off = false;
+	if (vr->packed) {
+		vring_packed_notify(vr, true);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		return vring_packed_avail_pending(vr);
+	}
 	if (vr->event_idx)
 		store16((uint16_t *)&vr->used->ring[vr->num], vr->last_avail);
 	else
@@ -460,4 +487,26 @@ bool vring_enable_notify(struct vring *vr)
 	 * just now would wait for a kick that the driver decided not to send. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	return vring_avail_pending(vr);
+}
+
+/* ---- saving the position ---------------------------------------------------- */
+
+uint32_t vring_get_base(const struct vring *vr)
+{
+	if (!vr->packed)
+		return vr->last_avail;
+	return (uint32_t)(vr->last_avail | (vr->avail_wrap ? VRING_PACKED_WRAP : 0)) |
+	       (uint32_t)(vr->used_idx | (vr->used_wrap ? VRING_PACKED_WRAP : 0)) << 16;
+}
+
+/* Packed slots are checked against the ring size at start (vring_packed_start). */
+void vring_set_base(struct vring *vr, uint32_t base)
+{
+	vr->last_avail = (uint16_t)base;
+	if (!vr->packed)
+		return;
+	vr->last_avail = base & 0x7fff;
+	vr->avail_wrap = base & VRING_PACKED_WRAP;
+	vr->used_idx = (base >> 16) & 0x7fff;
+	vr->used_wrap = (base >> 16) & VRING_PACKED_WRAP;
 }

@@ -22,6 +22,27 @@
 #define VRING_AVAIL_F_NO_INTERRUPT 1
 #define VIRTIO_RING_F_INDIRECT_DESC 28
 #define VIRTIO_RING_F_EVENT_IDX 29
+#define VIRTIO_F_RING_PACKED 34
+
+/* Packed virtqueues (virtio 1.2 section 2.8). */
+#define VRING_PACKED_DESC_F_AVAIL (1u << 7)
+#define VRING_PACKED_DESC_F_USED (1u << 15)
+#define VRING_PACKED_EVENT_ENABLE 0
+#define VRING_PACKED_EVENT_DISABLE 1
+#define VRING_PACKED_EVENT_DESC 2
+#define VRING_PACKED_WRAP 0x8000u /* the wrap counter bit of an index */
+
+struct vring_packed_desc {
+	uint64_t addr;
+	uint32_t len;
+	uint16_t id;
+	uint16_t flags;
+};
+
+struct vring_packed_event {
+	uint16_t off_wrap;
+	uint16_t flags;
+};
 
 #define VRING_MAX_SIZE 1024  /* largest queue accepted (QEMU's maximum too) */
 #define VRING_MAX_REGIONS 32 /* memory slots (GET_MAX_MEM_SLOTS) */
@@ -132,7 +153,15 @@ struct vring {
 	uint64_t log_size, log_used_gpa;
 	bool log_used;
 
-	/* Runtime state. */
+	/* Packed layout (VIRTIO_F_RING_PACKED): desc, avail and used above are
+	 * then NULL, and these are used instead. */
+	bool packed;
+	struct vring_packed_desc *pdesc;
+	struct vring_packed_event *driver_event; /* the driver area: our notifications */
+	struct vring_packed_event *device_event; /* the device area: its kicks */
+	/* Runtime state. Packed: last_avail and used_idx are slot numbers,
+	 * each with its wrap counter. */
+	bool avail_wrap, used_wrap;
 	uint16_t last_avail;     /* next avail entry to take */
 	uint16_t used_idx;       /* next used entry (published by vring_flush) */
 	uint16_t signalled_used; /* used idx when we last decided about notifying */
@@ -141,6 +170,8 @@ struct vring {
 	uint16_t inuse;   /* chains taken and not yet used */
 	bool notify_off;  /* kicks suppressed */
 	uint64_t counter; /* inflight order counter */
+	/* Packed: descriptors each buffer id took (the used entry skips as many). */
+	uint16_t pk_ndesc[VRING_MAX_SIZE];
 };
 
 #define VRING_LOG_PAGE 4096u
@@ -194,6 +225,21 @@ bool vring_enable_notify(struct vring *vr);
 /* Inflight chains to resubmit after a reconnect, oldest first. Returns how
  * many heads were stored (at most max). Call after vring_start. */
 unsigned vring_inflight_heads(const struct vring *vr, uint16_t *heads, unsigned max);
+
+/* The ring position to save and restore (GET/SET_VRING_BASE): split, the next
+ * avail index; packed, the next avail slot and its wrap counter in bits
+ * 0-15 and the next used slot and its counter in bits 16-31, as QEMU does. */
+uint32_t vring_get_base(const struct vring *vr);
+void vring_set_base(struct vring *vr, uint32_t base);
+
+/* ---- internal: vring.c for vring-packed.c ---- */
+int vring_walk_buffer(const struct vring *vr, const struct vring_desc *d, struct vring_chain *c);
+int vring_packed_start(struct vring *vr);
+enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c);
+void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len);
+bool vring_packed_flush(struct vring *vr);
+bool vring_packed_avail_pending(const struct vring *vr);
+void vring_packed_notify(struct vring *vr, bool on);
 
 static inline bool vring_need_event(uint16_t event, uint16_t new_idx, uint16_t old)
 {

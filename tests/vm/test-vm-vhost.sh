@@ -6,14 +6,15 @@
 # be sent, and a DISCARD must succeed and read back as zeroes; the host then checks the
 # image holds what the guest wrote. Once more with the disk hot-plugged into the running
 # guest (export over ioplane's QMP, QEMU's device_add) and resized under it, and once
-# live-migrated to a second QEMU (on a second export of the same disk) while it writes.
+# live-migrated to a second QEMU (on a second export of the same disk) while it writes,
+# and once on packed virtqueues.
 # Recipe: tests/vm/run-vm-test.sh.
 #
 # Needs qemu-system-x86_64, busybox-static, cpio, dpkg-deb and apt-get (the kernel .deb
 # is fetched once from Debian's archive with `apt-get download` and cached in
 # $IOPLANE_VM_WORKDIR, default /var/tmp/ioplane-vmtest). Skips (77) when any is missing.
 # IOPLANE_VM_QUEUES="1 2 4" picks the runs; IOPLANE_VM_QCOW2=0 skips the qcow2 run,
-# IOPLANE_VM_MIGRATE=0 the migration.
+# IOPLANE_VM_MIGRATE=0 the migration, IOPLANE_VM_PACKED=0 the packed-ring run.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -94,6 +95,15 @@ for nq in $queues; do
 	run "raw-$nq-queues" --num-queues "$nq" \
 		--server-cmd "exec $serve --image d,file=\"\$VMTEST_IMG\" --vhost-user-blk $vhost_opts"
 done
+
+# Packed virtqueues: the guest's virtio-blk driver on VIRTIO_F_RING_PACKED rings
+# (with EVENT_IDX and indirect descriptors), 2 queues, every check as above.
+if [ "${IOPLANE_VM_PACKED:-1}" = 1 ]; then
+	run packed --num-queues 2 --device-opts packed=on \
+		--server-cmd "exec $serve --image d,file=\"\$VMTEST_IMG\" --vhost-user-blk $vhost_opts"
+	grep -q 'virtio_features=.*RING_PACKED' "$tmp/packed.log" ||
+		{ echo "FAIL: the guest did not negotiate packed rings"; exit 1; }
+fi
 
 if [ "${IOPLANE_VM_QCOW2:-1}" = 1 ]; then
 	q=$tmp/disk.qcow2
