@@ -37,6 +37,8 @@ struct qmp_export_env {
 
 /* BlockExportOptions and NbdServerOptions, for --export and --nbd-server. */
 extern const struct qapi_type qmp_block_export_options, qmp_nbd_server_options;
+/* SocketAddress (sockets.json); blockdev-add's nbd driver takes one too. */
+extern const struct qapi_type qexp_socket_address;
 
 /* Register the commands and the event; env is copied. 0 or -errno. */
 int qmp_export_init(const struct qmp_export_env *env);
