@@ -5,6 +5,7 @@
  * THREADING RULE: main thread only. */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,11 +91,21 @@ static int check_props(const json_t *args, int64_t v[4], char *err, size_t errle
 	return 0;
 }
 
+static unsigned clamp_u32(int64_t v)
+{
+	return v > (int64_t)UINT32_MAX ? UINT32_MAX : (unsigned)v;
+}
+
 static int object_new(const char *id, const int64_t v[4], bool explicit_poll, char *err,
 		      size_t errlen)
 {
+	/* Beyond 32 bits the effect is the same (a factor saturates, a batch
+	 * is capped by the engine's depth). */
 	struct loop_opts lo = {.backend = LOOP_BACKEND_AUTO,
-			       .poll_max_ns = explicit_poll ? v[0] : -1};
+			       .poll_max_ns = explicit_poll ? v[0] : -1,
+			       .poll_grow = clamp_u32(v[1]),
+			       .poll_shrink = clamp_u32(v[2]),
+			       .aio_max_batch = clamp_u32(v[3])};
 	struct qobj *o = calloc(1, sizeof(*o));
 	int ret;
 
