@@ -720,6 +720,7 @@ static void detach_images(void *arg)
 {
 	(void)arg;
 	blk_graph_detach_loop(loop_current()); /* every node: --image's and blockdev-add's */
+	qmp_exports_forget_loop(loop_current());
 }
 
 static int start_iothreads(struct serve *sv)

@@ -68,4 +68,8 @@ unsigned qmp_export_count(void);
  * id not taken, else PREFIX0, PREFIX1, ... (the first one free). */
 void qmp_export_make_id(const char *want, const char *prefix, char *out, size_t len);
 
+/* An iothread goes (object-del, exit): the NBD servers forget its loop,
+ * where exports placed connections (nbd_server_forget_loop's rules). */
+void qmp_exports_forget_loop(struct loop *loop);
+
 #endif
