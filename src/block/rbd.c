@@ -25,6 +25,7 @@
 #include "util/dynlib.h"
 #include "util/log.h"
 #include "util/opts.h"
+#include "util/secret.h"
 
 /* ---- librbd and librados, loaded at the first open ---------------------------- */
 
@@ -192,18 +193,36 @@ static int rbd_dup_opt(struct kv_opts *opts, const char *key, char **dst)
 	return *dst ? 0 : -ENOMEM;
 }
 
+/* key-secret=ID: the secret object's value is the cephx key (QEMU passes
+ * it base64-encoded as rados' "key" setting, and so do we). */
+static int rbd_key_secret(struct rbd_cfg *c, const char *id, char *err, size_t errlen)
+{
+	char *key = NULL;
+	int ret;
+
+	if (!id)
+		return 0;
+	ret = secret_get_base64(id, &key);
+	if (ret == -ENOENT)
+		snprintf(err, errlen, "rbd: key-secret: No secret with id '%s'", id);
+	else if (!ret && (ret = kv_set(&c->pairs, "key", key)))
+		snprintf(err, errlen, "rbd: out of memory");
+	if (key) {
+		explicit_bzero(key, strlen(key));
+		free(key);
+	}
+	return ret;
+}
+
 /* The options of a blockdev (or those next to a file name). */
 static int rbd_parse_opts(struct rbd_cfg *c, struct kv_opts *opts, char *err, size_t errlen)
 {
 	const char *auth = kv_get(opts, "auth-client-required");
 	int ret;
 
-	if (kv_get(opts, "key-secret")) {
-		snprintf(err, errlen,
-			 "rbd: key-secret: secret objects are not supported; give "
-			 "the key in a keyring (keyring= in the file name, or conf=)");
-		return -EINVAL;
-	}
+	ret = rbd_key_secret(c, kv_get(opts, "key-secret"), err, errlen);
+	if (ret)
+		return ret;
 	ret = rbd_dup_opt(opts, "pool", &c->pool) ?: rbd_dup_opt(opts, "namespace", &c->ns)
 		?: rbd_dup_opt(opts, "image", &c->image) ?: rbd_dup_opt(opts, "snapshot", &c->snap)
 		?: rbd_dup_opt(opts, "conf", &c->conf) ?: rbd_dup_opt(opts, "user", &c->user);
@@ -281,8 +300,10 @@ static int rbd_connect(const struct rbd_cfg *c, const char *cache, rados_t *cl, 
 	for (i = 0; i < c->pairs.n; i++) {
 		ret = rl.rados_conf_set(*cl, c->pairs.v[i].key, c->pairs.v[i].val);
 		if (ret < 0) {
+			bool hide = !strcmp(c->pairs.v[i].key, "key"); /* a secret */
+
 			snprintf(err, errlen, "rbd: %s: bad setting %s=%s", c->desc,
-				 c->pairs.v[i].key, c->pairs.v[i].val);
+				 c->pairs.v[i].key, hide ? "(secret)" : c->pairs.v[i].val);
 			goto fail;
 		}
 	}
