@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <time.h>
 
 #include "block/block-driver.h"
 #include "util/compiler.h"
@@ -66,6 +67,7 @@ struct nbdc_state {
 	char *uri, *path, *host, *port, *export;
 	char desc[256]; /* the server, for messages */
 	uint64_t delay_ns;
+	uint64_t open_ns; /* open-timeout: keep trying to connect at open for so long */
 	unsigned nconns; /* connections at most (1 unless multi-conn) */
 	uint32_t max_io;
 	bool can_flush, can_trim, can_zero, can_fast_zero, can_fua, can_status, can_multi;
@@ -747,7 +749,7 @@ static int nbdc_parse_server(struct nbdc_state *s, struct kv_opts *opts, char *e
 static int nbdc_parse(struct nbdc_state *s, struct kv_opts *opts, char *err, size_t errlen)
 {
 	const char *uri = kv_get(opts, "filename");
-	uint64_t delay = 0, conns = 1;
+	uint64_t delay = 0, conns = 1, open_s = 0;
 	int ret;
 
 	ret = uri ? nbdc_parse_uri(s, opts, uri, err, errlen)
@@ -761,6 +763,10 @@ static int nbdc_parse(struct nbdc_state *s, struct kv_opts *opts, char *err, siz
 			 NBDC_MAX_DELAY_S);
 		return -EINVAL;
 	}
+	if (kv_get_u64(opts, "open-timeout", &open_s) || open_s > NBDC_MAX_DELAY_S) {
+		snprintf(err, errlen, "nbd: open-timeout must be 0 to %d seconds", NBDC_MAX_DELAY_S);
+		return -EINVAL;
+	}
 	if (kv_get_u64(opts, "connections", &conns) || conns < 1 || conns > NBDC_MAX_CONNS) {
 		snprintf(err, errlen, "nbd: connections must be 1 to %d", NBDC_MAX_CONNS);
 		return -EINVAL;
@@ -772,31 +778,57 @@ static int nbdc_parse(struct nbdc_state *s, struct kv_opts *opts, char *err, siz
 		return -EINVAL;
 	}
 	s->delay_ns = delay * 1000000000ull;
+	s->open_ns = open_s * 1000000000ull;
 	s->nconns = (unsigned)conns;
 	return 0;
 }
 
-/* Connect at open, blocking (as QEMU's open does), for at most
- * NBDC_OPEN_TIMEOUT_MS. */
-static int nbdc_connect_sync(struct nbdc_state *s, struct nbd_handle *h, char *err, size_t errlen)
+/* One attempt to connect h, until end_ns: 0, -ETIMEDOUT (the server did not
+ * finish the handshake in time) or -ECONNREFUSED (it failed). */
+static int nbdc_try_connect(struct nbdc_state *s, struct nbd_handle *h, uint64_t end_ns,
+			    char *err, size_t errlen)
 {
-	uint64_t end = loop_now_ns() + NBDC_OPEN_TIMEOUT_MS * 1000000ull;
 	int ret = nbdc_start_connect(s, h);
 
 	while (ret >= 0 && nl.nbd_aio_is_connecting(h)) {
 		uint64_t now = loop_now_ns();
 
-		if (now >= end) {
+		if (now >= end_ns) {
 			snprintf(err, errlen, "nbd: %s: connection timed out", s->desc);
 			return -ETIMEDOUT;
 		}
-		ret = nl.nbd_poll(h, (int)((end - now) / 1000000 + 1));
+		ret = nl.nbd_poll(h, (int)((end_ns - now) / 1000000 + 1));
 	}
 	if (ret >= 0 && nl.nbd_aio_is_ready(h))
 		return 0;
 	snprintf(err, errlen, "nbd: cannot connect to %s: %s", s->desc,
 		 nl.nbd_get_error() ? nl.nbd_get_error() : "connection closed");
 	return -ECONNREFUSED;
+}
+
+/* Connect at open, blocking (as QEMU's open does): one attempt bounded by
+ * NBDC_OPEN_TIMEOUT_MS, or with open-timeout (QEMU's) attempts every
+ * NBDC_RETRY_MIN_NS until one succeeds or open-timeout has passed. A server
+ * that accepts and never answers cannot hold the main loop longer. */
+static int nbdc_connect_sync(struct nbdc_state *s, char *err, size_t errlen)
+{
+	uint64_t t0 = loop_now_ns();
+	uint64_t end = t0 + (s->open_ns ? s->open_ns : NBDC_OPEN_TIMEOUT_MS * 1000000ull);
+	int ret;
+
+	for (;;) {
+		ret = nbdc_try_connect(s, s->first, end, err, errlen);
+		if (ret != -ECONNREFUSED || !s->open_ns ||
+		    loop_now_ns() + NBDC_RETRY_MIN_NS >= end)
+			return ret;
+		nanosleep(&(struct timespec){0, (long)NBDC_RETRY_MIN_NS}, NULL);
+		nl.nbd_close(s->first);
+		s->first = nbdc_handle_new(s);
+		if (!s->first) {
+			snprintf(err, errlen, "nbd: %s", nl.nbd_get_error());
+			return -ENOMEM;
+		}
+	}
 }
 
 /* What the server offers, and the node's geometry. */
@@ -869,7 +901,7 @@ static int nbdc_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_
 		ret = -ENOMEM;
 	}
 	if (!ret)
-		ret = nbdc_connect_sync(s, s->first, err, errlen);
+		ret = nbdc_connect_sync(s, err, errlen);
 	if (!ret)
 		ret = nbdc_probe(bs, s, s->first, err, errlen);
 	if (ret) {
