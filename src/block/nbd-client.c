@@ -26,16 +26,21 @@
 
 /* libnbd, loaded at the first open: an idle daemon does not map it and what
  * it pulls in (gnutls, libxml2). The header declares the entry points. */
+/* clang-format off */
 #define NBDC_LIB_FNS(X) \
-	X(nbd_add_meta_context) X(nbd_aio_block_status) X(nbd_aio_connect_tcp) X(nbd_aio_connect_unix) \
-	X(nbd_aio_connect_uri) X(nbd_aio_flush) X(nbd_aio_get_direction) X(nbd_aio_get_fd) \
-	X(nbd_aio_is_closed) X(nbd_aio_is_connecting) X(nbd_aio_is_dead) X(nbd_aio_is_ready) \
-	X(nbd_aio_notify_read) X(nbd_aio_notify_write) X(nbd_aio_pread) X(nbd_aio_pwrite) \
-	X(nbd_aio_trim) X(nbd_aio_zero) X(nbd_can_fast_zero) X(nbd_can_flush) \
-	X(nbd_can_fua) X(nbd_can_meta_context) X(nbd_can_multi_conn) X(nbd_can_trim) \
-	X(nbd_can_zero) X(nbd_close) X(nbd_create) X(nbd_get_block_size) \
-	X(nbd_get_errno) X(nbd_get_error) X(nbd_get_size) X(nbd_is_read_only) \
-	X(nbd_poll) X(nbd_set_export_name) X(nbd_shutdown)
+	X(nbd_add_meta_context) X(nbd_aio_block_status) X(nbd_aio_connect_tcp) \
+	X(nbd_aio_connect_unix) X(nbd_aio_connect_uri) X(nbd_aio_flush) \
+	X(nbd_aio_get_direction) X(nbd_aio_get_fd) X(nbd_aio_is_closed) \
+	X(nbd_aio_is_connecting) X(nbd_aio_is_dead) X(nbd_aio_is_ready) \
+	X(nbd_aio_notify_read) X(nbd_aio_notify_write) X(nbd_aio_pread) \
+	X(nbd_aio_pwrite) X(nbd_aio_trim) X(nbd_aio_zero) \
+	X(nbd_can_fast_zero) X(nbd_can_flush) X(nbd_can_fua) \
+	X(nbd_can_meta_context) X(nbd_can_multi_conn) X(nbd_can_trim) \
+	X(nbd_can_zero) X(nbd_close) X(nbd_create) \
+	X(nbd_get_block_size) X(nbd_get_errno) X(nbd_get_error) \
+	X(nbd_get_size) X(nbd_is_read_only) X(nbd_poll) \
+	X(nbd_set_export_name) X(nbd_shutdown)
+/* clang-format on */
 
 #define NBDC_LIB_PTR(f) __typeof__(f) *f;
 #define NBDC_LIB_SYM(f) DYNLIB_SYM(nl, f),
@@ -68,7 +73,7 @@ struct nbdc_state {
 	char desc[256]; /* the server, for messages */
 	uint64_t delay_ns;
 	uint64_t open_ns; /* open-timeout: keep trying to connect at open for so long */
-	unsigned nconns; /* connections at most (1 unless multi-conn) */
+	unsigned nconns;  /* connections at most (1 unless multi-conn) */
 	uint32_t max_io;
 	bool can_flush, can_trim, can_zero, can_fast_zero, can_fua, can_status, can_multi;
 	pthread_mutex_t lock;
@@ -282,8 +287,8 @@ static int nbdc_send_rw(struct nbdc_conn *c, struct nbdc_req *r, struct blk_requ
 			size_t n = left < s->max_io ? left : s->max_io;
 
 			if (req->op == BLK_OP_READ)
-				ret = nbdc_piece(r,
-						 nl.nbd_aio_pread(c->h, p, n, off, nbdc_cb_of(r), 0));
+				ret = nbdc_piece(
+					r, nl.nbd_aio_pread(c->h, p, n, off, nbdc_cb_of(r), 0));
 			else
 				ret = nbdc_piece(
 					r, nl.nbd_aio_pwrite(c->h, p, n, off, nbdc_cb_of(r), fl));
@@ -330,7 +335,7 @@ static int nbdc_send_status(struct nbdc_conn *c, struct nbdc_req *r, struct blk_
 	req->status = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED;
 	req->status_len = n;
 	return nbdc_piece(r, nl.nbd_aio_block_status(c->h, n, req->offset, ecb, nbdc_cb_of(r),
-						  LIBNBD_CMD_FLAG_REQ_ONE));
+						     LIBNBD_CMD_FLAG_REQ_ONE));
 }
 
 static int nbdc_send_cmds(struct nbdc_conn *c, struct nbdc_req *r, struct blk_request *req)
@@ -764,7 +769,8 @@ static int nbdc_parse(struct nbdc_state *s, struct kv_opts *opts, char *err, siz
 		return -EINVAL;
 	}
 	if (kv_get_u64(opts, "open-timeout", &open_s) || open_s > NBDC_MAX_DELAY_S) {
-		snprintf(err, errlen, "nbd: open-timeout must be 0 to %d seconds", NBDC_MAX_DELAY_S);
+		snprintf(err, errlen, "nbd: open-timeout must be 0 to %d seconds",
+			 NBDC_MAX_DELAY_S);
 		return -EINVAL;
 	}
 	if (kv_get_u64(opts, "connections", &conns) || conns < 1 || conns > NBDC_MAX_CONNS) {
@@ -785,8 +791,8 @@ static int nbdc_parse(struct nbdc_state *s, struct kv_opts *opts, char *err, siz
 
 /* One attempt to connect h, until end_ns: 0, -ETIMEDOUT (the server did not
  * finish the handshake in time) or -ECONNREFUSED (it failed). */
-static int nbdc_try_connect(struct nbdc_state *s, struct nbd_handle *h, uint64_t end_ns,
-			    char *err, size_t errlen)
+static int nbdc_try_connect(struct nbdc_state *s, struct nbd_handle *h, uint64_t end_ns, char *err,
+			    size_t errlen)
 {
 	int ret = nbdc_start_connect(s, h);
 
@@ -818,8 +824,7 @@ static int nbdc_connect_sync(struct nbdc_state *s, char *err, size_t errlen)
 
 	for (;;) {
 		ret = nbdc_try_connect(s, s->first, end, err, errlen);
-		if (ret != -ECONNREFUSED || !s->open_ns ||
-		    loop_now_ns() + NBDC_RETRY_MIN_NS >= end)
+		if (ret != -ECONNREFUSED || !s->open_ns || loop_now_ns() + NBDC_RETRY_MIN_NS >= end)
 			return ret;
 		nanosleep(&(struct timespec){0, (long)NBDC_RETRY_MIN_NS}, NULL);
 		nl.nbd_close(s->first);

@@ -32,6 +32,7 @@
 /* Every entry point this driver calls. The headers declare them; the calls go
  * through rl so that the daemon maps librbd (and its C++ runtime, its static
  * constructors) only once an rbd node is opened. */
+/* clang-format off */
 #define RBD_LIB_FNS(X)                                                                      \
 	X(rados_create) X(rados_conf_read_file) X(rados_conf_parse_env) X(rados_conf_set)   \
 	X(rados_connect) X(rados_ioctx_create) X(rados_ioctx_set_namespace)                 \
@@ -41,6 +42,7 @@
 	X(rbd_resize) X(rbd_diff_iterate2) X(rbd_aio_create_completion)                     \
 	X(rbd_aio_get_return_value) X(rbd_aio_release) X(rbd_aio_readv) X(rbd_aio_writev)   \
 	X(rbd_aio_flush) X(rbd_aio_discard) X(rbd_aio_write_zeroes)
+/* clang-format on */
 
 #define RBD_LIB_PTR(f) __typeof__(f) *f;
 #define RBD_LIB_SYM(f) DYNLIB_SYM(rl, f),
@@ -308,8 +310,8 @@ static int rbd_connect(const struct rbd_cfg *c, const char *cache, rados_t *cl, 
 		}
 	}
 	/* As QEMU maps its cache modes: librbd's cache for writeback only. */
-	if (cache &&
-	    (ret = rl.rados_conf_set(*cl, "rbd_cache", strcmp(cache, "none") ? "true" : "false")) < 0)
+	if (cache && (ret = rl.rados_conf_set(*cl, "rbd_cache",
+					      strcmp(cache, "none") ? "true" : "false")) < 0)
 		goto fail;
 	ret = rl.rados_connect(*cl);
 	if (ret < 0) {
@@ -566,7 +568,8 @@ static int rbd_open_node(struct blk_node *bs, struct kv_opts *opts, char *err, s
 		snprintf(err, errlen, "rbd: cache must be 'none' or 'writeback', not '%s'", cache);
 		return -EINVAL;
 	}
-	ret = rbd_lib_load(err, errlen) ?: rbd_cfg_parse(&c, opts, kv_get(opts, "filename"), err, errlen);
+	ret = rbd_lib_load(err, errlen)
+		      ?: rbd_cfg_parse(&c, opts, kv_get(opts, "filename"), err, errlen);
 	s = ret ? NULL : calloc(1, sizeof(*s));
 	if (!ret && !s)
 		ret = -ENOMEM;

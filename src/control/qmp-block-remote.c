@@ -13,19 +13,20 @@
 static const struct qapi_type rbd_auth_mode = QAPI_ENUM_TYPE("RbdAuthMode", "cephx", "none");
 static const struct qapi_type rbd_auth_list = QAPI_LIST_TYPE(&rbd_auth_mode);
 
-const struct qapi_type qmp_bd_rbd = QAPI_OBJECT_TYPE(
-	"BlockdevOptionsRbd",
-	QAPI_MEMBERS(QAPI_REQ("pool", &qapi_str), QAPI_OPT("namespace", &qapi_str),
-		     QAPI_REQ("image", &qapi_str), QAPI_OPT("conf", &qapi_str),
-		     QAPI_OPT("snapshot", &qapi_str), QAPI_OPT("user", &qapi_str),
-		     QAPI_OPT("auth-client-required", &rbd_auth_list),
-		     QAPI_OPT("key-secret", &qapi_str)));
+const struct qapi_type qmp_bd_rbd =
+	QAPI_OBJECT_TYPE("BlockdevOptionsRbd",
+			 QAPI_MEMBERS(QAPI_REQ("pool", &qapi_str), QAPI_OPT("namespace", &qapi_str),
+				      QAPI_REQ("image", &qapi_str), QAPI_OPT("conf", &qapi_str),
+				      QAPI_OPT("snapshot", &qapi_str), QAPI_OPT("user", &qapi_str),
+				      QAPI_OPT("auth-client-required", &rbd_auth_list),
+				      QAPI_OPT("key-secret", &qapi_str)));
 
 const struct qapi_type qmp_bd_nbd = QAPI_OBJECT_TYPE(
 	"BlockdevOptionsNbd",
 	QAPI_MEMBERS(QAPI_REQ("server", &qexp_socket_address), QAPI_OPT("export", &qapi_str),
 		     QAPI_OPT("reconnect-delay", &qapi_uint32),
-		     QAPI_OPT("open-timeout", &qapi_uint32), QAPI_OPT("connections", &qapi_uint32)));
+		     QAPI_OPT("open-timeout", &qapi_uint32),
+		     QAPI_OPT("connections", &qapi_uint32)));
 
 static int kv_copy(struct kv_opts *kv, const json_t *o, const char *const *keys, const char *pfx)
 {
@@ -55,8 +56,7 @@ static int kv_auth(struct kv_opts *kv, const json_t *o)
 
 	if (!l)
 		return 0;
-	json_array_foreach(l, i, e)
-	{
+	json_array_foreach (l, i, e) {
 		size_t n = strlen(buf);
 
 		snprintf(buf + n, sizeof(buf) - n, "%s%s", n ? ";" : "", json_string_value(e));
@@ -66,8 +66,8 @@ static int kv_auth(struct kv_opts *kv, const json_t *o)
 
 int qmp_bd_remote_kv(struct kv_opts *kv, const json_t *o, const char *drv)
 {
-	static const char *const rbd_keys[] = {"pool", "namespace", "image", "conf", "snapshot",
-					       "user", "key-secret", NULL};
+	static const char *const rbd_keys[] = {"pool",     "namespace", "image",      "conf",
+					       "snapshot", "user",      "key-secret", NULL};
 	static const char *const nbd_keys[] = {"export", "reconnect-delay", "open-timeout",
 					       "connections", NULL};
 	static const char *const srv_keys[] = {"type", "path", "host", "port", NULL};
@@ -81,8 +81,8 @@ int qmp_bd_remote_kv(struct kv_opts *kv, const json_t *o, const char *drv)
 			ret = kv_set(kv, "cache",
 				     qapi_get_bool(cache, "direct", false) ? "none" : "writeback");
 	} else if (!strcmp(drv, "nbd")) {
-		ret = kv_copy(kv, o, nbd_keys, "") ?: kv_copy(kv, qapi_get(o, "server"), srv_keys,
-							     "server.");
+		ret = kv_copy(kv, o, nbd_keys, "")
+			      ?: kv_copy(kv, qapi_get(o, "server"), srv_keys, "server.");
 	}
 	return ret;
 }

@@ -1,6 +1,6 @@
 /* iothread and secret objects: --object iothread|secret,..., object-add,
- * object-del, query-iothreads (see qmp-object.h; secrets: qmp-secret.c). Messages are qemu-storage-daemon
- * 7.2's; query-iothreads, which qsd lacks, has QEMU's reply shape.
+ * object-del, query-iothreads (see qmp-object.h; secrets: qmp-secret.c). Messages are
+ * qemu-storage-daemon 7.2's; query-iothreads, which qsd lacks, has QEMU's reply shape.
  *
  * THREADING RULE: main thread only. */
 #include <errno.h>

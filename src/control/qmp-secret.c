@@ -30,7 +30,9 @@ static int read_secret_file(const char *path, char **out, size_t *len, char *err
 	}
 	if (fd < 0 || !buf || r < 0 || (size_t)n > SECRET_FILE_MAX) {
 		snprintf(err, errlen, "Unable to read %s: %s", path,
-			 fd < 0 || r < 0 ? strerror(errno) : !buf ? "out of memory" : "too large");
+			 fd < 0 || r < 0 ? strerror(errno)
+			 : !buf          ? "out of memory"
+					 : "too large");
 		if (fd >= 0)
 			close(fd);
 		free(buf);

@@ -399,7 +399,7 @@ static void conn_moved(struct loop_msg *m)
 	} else {
 		if (loop_uring_waits(c->loop))
 			nbd_ring_start(c);
-		nbd_conn_kick(c); /* what is left of the handshake's reply */
+		nbd_conn_kick(c);  /* what is left of the handshake's reply */
 		nbd_conn_parse(c); /* requests the client sent right after GO */
 	}
 	nbd_conn_put(c);
@@ -507,7 +507,6 @@ int nbd_conn_enter_transmission(struct nbd_conn *c)
 		nbd_ring_start(c);
 	return 0;
 }
-
 
 /* Received payload bytes go straight to the write being received. */
 int nbd_conn_rx_iov(struct nbd_conn *c, struct iovec *iov)

@@ -57,8 +57,8 @@ struct nbd_export {
 	struct nbd_server *srv;
 	struct loop **loops; /* nbd_export_config's (owned copy of the array) */
 	unsigned nloops;
-	atomic_uint rr;       /* round-robin over loops, any connection's thread */
-	atomic_bool removed;  /* nbd_server_export_del ran (before its kill messages) */
+	atomic_uint rr;      /* round-robin over loops, any connection's thread */
+	atomic_bool removed; /* nbd_server_export_del ran (before its kill messages) */
 	atomic_uint refs;
 	struct loop_msg gone_msg;
 	void (*gone_cb)(void *opaque); /* main thread: set when it is removed */

@@ -804,7 +804,9 @@ static void adapt_poll(struct loop *loop, uint64_t block_ns)
 		/* Saturating: poll-grow may be any 32-bit value. */
 		uint64_t g = loop->poll_grow ? loop->poll_grow : 2;
 
-		loop->poll_ns = !loop->poll_ns ? 4000 : loop->poll_ns > max / g ? max : loop->poll_ns * g;
+		loop->poll_ns = !loop->poll_ns            ? 4000
+				: loop->poll_ns > max / g ? max
+							  : loop->poll_ns * g;
 		if (loop->poll_ns > max)
 			loop->poll_ns = max;
 	}

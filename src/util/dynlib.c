@@ -30,8 +30,8 @@ static int dynlib_fill(struct dynlib *lib, const char *what)
 			p = dlsym(h[j], lib->syms[i].name);
 		if (!p) {
 			snprintf(lib->err, sizeof(lib->err),
-				 "%s support needs %s (dlopen: no symbol %s in %s)", what,
-				 lib->pkg, lib->syms[i].name, lib->sonames[0]);
+				 "%s support needs %s (dlopen: no symbol %s in %s)", what, lib->pkg,
+				 lib->syms[i].name, lib->sonames[0]);
 			return -ENOENT;
 		}
 		/* A data pointer from dlsym into a function pointer slot (POSIX). */

@@ -19,12 +19,12 @@ struct dynlib_sym {
 
 /* A set of entry points from one or more shared objects. */
 struct dynlib {
-	const char *pkg;             /* the Debian package that ships them, for messages */
-	const char *const *sonames;  /* NULL-terminated, loaded in order */
+	const char *pkg;            /* the Debian package that ships them, for messages */
+	const char *const *sonames; /* NULL-terminated, loaded in order */
 	const struct dynlib_sym *syms;
 	size_t nsyms;
-	bool loaded;                 /* protected by dynlib's lock */
-	char err[256];               /* the first failure, repeated to later callers */
+	bool loaded;   /* protected by dynlib's lock */
+	char err[256]; /* the first failure, repeated to later callers */
 };
 
 /* Load the library and fill every slot: 0, or -ENOENT and
@@ -32,6 +32,9 @@ struct dynlib {
 int dynlib_load(struct dynlib *lib, const char *what, char *err, size_t errlen);
 
 /* Entry `f` of a table `tab` whose member f has f's own type. */
-#define DYNLIB_SYM(tab, f) {#f, &(tab).f}
+#define DYNLIB_SYM(tab, f)                                                                         \
+	{                                                                                          \
+#f, &(tab).f                                                                       \
+	}
 
 #endif

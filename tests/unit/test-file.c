@@ -25,8 +25,8 @@
 #include "util/iov.h"
 #include "util/opts.h"
 
-#define MiB	    (1024u * 1024u)
-#define FILE_SIZE   (8 * MiB)
+#define MiB (1024u * 1024u)
+#define FILE_SIZE (8 * MiB)
 #define WATCHDOG_NS (10ull * 1000000000ull)
 
 struct cfg {
@@ -559,7 +559,7 @@ static void test_many_in_flight(void **state)
 	assert_memory_equal(buf, chk, (size_t)NREQ * 4096);
 	if (!strcmp(f->cfg->aio, "native")) {
 		st1 = engine_stats(f);
-		assert_true(st1.queued_max >= NREQ);	      /* queued past the context */
+		assert_true(st1.queued_max >= NREQ);          /* queued past the context */
 		assert_true(st1.max_batch <= FILE_AIO_DEPTH); /* never more in the kernel */
 		assert_true(st1.submit_calls - st0.submit_calls >= 2 * NREQ / FILE_AIO_DEPTH);
 		assert_int_equal(st1.in_flight, 0);
@@ -847,7 +847,7 @@ static void test_options(void **state)
 
 static const struct cfg cfgs[] = {
 	{"io_uring", "writeback"}, {"io_uring", "none"},     {"native", "writeback"},
-	{"native", "none"},	   {"threads", "writeback"}, {"threads", "none"},
+	{"native", "none"},        {"threads", "writeback"}, {"threads", "none"},
 };
 
 #define T(fn, i) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, (void *)&cfgs[i])

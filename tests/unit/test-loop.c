@@ -62,8 +62,8 @@ static void test_defer_fifo_and_next_round(void **state)
 
 	(void)state;
 	for (i = 0; i < 3; i++) {
-		t[i] = (struct dtest){.d.cb = dtest_cb, .loop = loop, .order = order, .n = &n,
-				      .id = i};
+		t[i] = (struct dtest){
+			.d.cb = dtest_cb, .loop = loop, .order = order, .n = &n, .id = i};
 		loop_defer(loop, &t[i].d);
 	}
 	t[1].requeue = 1;
