@@ -422,12 +422,6 @@ void loop_set_poll_max_ns(struct loop *loop, int64_t ns)
 		loop->poll_ns = (uint64_t)loop->poll_max_ns;
 }
 
-void loop_set_poll_adapt(struct loop *loop, unsigned grow, unsigned shrink)
-{
-	loop->poll_grow = grow;
-	loop->poll_shrink = shrink;
-}
-
 void loop_set_aio_max_batch(struct loop *loop, unsigned n)
 {
 	loop->aio_max_batch = n;

@@ -159,8 +159,7 @@ void loop_fd_del(struct loop *loop, struct loop_fd *h);
 void loop_poll_add(struct loop *loop, struct loop_poll *p);
 void loop_poll_del(struct loop *loop, struct loop_poll *p);
 void loop_set_poll_max_ns(struct loop *loop, int64_t ns);
-/* The loop's own thread (or before it runs): as loop_opts says. */
-void loop_set_poll_adapt(struct loop *loop, unsigned grow, unsigned shrink);
+/* The loop's own thread (or before it runs): as loop_opts.aio_max_batch. */
 void loop_set_aio_max_batch(struct loop *loop, unsigned n);
 /* The loop's aio-max-batch (0: none set); read on the loop's thread. */
 unsigned loop_aio_max_batch(const struct loop *loop);

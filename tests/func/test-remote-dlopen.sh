@@ -23,7 +23,10 @@ maps_has() {
 
 nbd_serve --monitor unix="$mon" --image z,driver=null,size=1M --nbd unix="$T/z.sock",image=z
 for ((i = 0; i < 200; i++)); do [ -S "$mon" ] && break; sleep 0.05; done
-for lib in librbd librados libnbd libstdc\\+\\+ libgnutls; do
+libs=(librbd librados libceph-common libnbd libgnutls libxml2)
+# The sanitizers' runtime brings libstdc++ along; librbd does otherwise.
+is_sanitized || libs+=('libstdc\+\+')
+for lib in "${libs[@]}"; do
 	! maps_has "/$lib\\.so" || fail "an idle daemon maps $lib"
 done
 
