@@ -1,11 +1,12 @@
 /* `file` engine native (linux-aio). One io_context per loop. Requests are
  * queued during the round and sent from the loop's flush hook, in io_submit
- * calls of at most aio-max-batch requests (FILE_AIO_MAX_BATCH_NATIVE by
- * default, see file.h for why not one call for all); what does not fit in
- * the context (FILE_AIO_DEPTH in flight) or what the kernel refuses with
- * -EAGAIN stays queued and goes when completions free room. Completions are
- * reaped from the AIO ring in user space, by a poll handler while the loop
- * busy-polls and by an eventfd handler when it slept.
+ * calls of at most aio-max-batch requests (the node's or the iothread's,
+ * FILE_AIO_MAX_BATCH_NATIVE by default, see file.h for why not one call
+ * for all); what does not fit in the context (FILE_AIO_DEPTH in flight)
+ * or what the kernel refuses with -EAGAIN stays queued and goes when
+ * completions free room. Completions are reaped from the AIO ring in user
+ * space, by a poll handler while the loop busy-polls and by an eventfd
+ * handler when it slept.
  *
  * Threading: everything runs on the request's loop; the per-loop state
  * (context, queue, counters) is owned by that loop's thread. */
@@ -49,6 +50,7 @@ struct file_aio_thread {
 	struct file_aio_req **tailp;
 	unsigned queued;
 	unsigned in_kernel;
+	unsigned max_batch; /* file_max_batch at creation */
 };
 
 struct file_aio_req {
@@ -130,7 +132,7 @@ static bool file_aio_submit_once(struct file_aio_thread *th)
 {
 	struct iocb *batch[FILE_AIO_DEPTH];
 	struct file_aio_req *a;
-	unsigned max = file_state(th->t.bs)->max_batch;
+	unsigned max = th->max_batch;
 	int n = 0, ret;
 
 	if (max == 0 || max > FILE_AIO_DEPTH - th->in_kernel)
@@ -300,6 +302,7 @@ static void *file_aio_ctor(struct blk_node *bs, struct loop *loop)
 	th->t.loop = loop;
 	th->t.bs = bs;
 	th->tailp = &th->head;
+	th->max_batch = file_max_batch(bs, loop);
 	th->flush.cb = file_aio_flush_cb;
 	th->retry.cb = file_aio_retry_cb;
 	ret = file_aio_thread_init(th, loop);

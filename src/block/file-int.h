@@ -30,7 +30,7 @@ struct file_state {
 	bool is_blk; /* block device (else regular file) */
 	bool direct; /* cache=none: O_DIRECT */
 	enum file_aio aio;
-	/* Requests per system call at most (aio-max-batch); 0: a whole round. */
+	/* The node's aio-max-batch; 0: none given (file_max_batch). */
 	unsigned max_batch;
 	/* Cleared (by any worker, relaxed atomics) once FALLOC_FL_ZERO_RANGE
 	 * reports EOPNOTSUPP, so later write-zeroes skip straight to the
@@ -49,6 +49,11 @@ static inline struct file_state *file_state(struct blk_node *bs)
 {
 	return (struct file_state *)bs->opaque;
 }
+
+/* Requests per submit call at most on loop (0: a whole round): as QEMU, the
+ * smaller of the node's and the iothread's aio-max-batch where given, else
+ * the engine's default. */
+unsigned file_max_batch(struct blk_node *bs, const struct loop *loop);
 
 /* The request that owns a driver context living in req->drv. */
 #define file_req_of(ctx) blk_req_from_drv(ctx)

@@ -22,7 +22,7 @@ struct file_uring_thread {
 	struct file_thread t;
 	struct loop_flush flush; /* end of round: close the batch count */
 	uint64_t batch;          /* SQEs prepared in this round */
-	unsigned max_batch;      /* file_state's aio-max-batch; 0: the round */
+	unsigned max_batch;      /* file_max_batch at creation; 0: the round */
 };
 
 struct file_uring_req {
@@ -90,7 +90,7 @@ static void *file_uring_ctor(struct blk_node *bs, struct loop *loop)
 	th->t.loop = loop;
 	th->t.bs = bs;
 	th->flush.cb = file_uring_flush_cb;
-	th->max_batch = file_state(bs)->max_batch;
+	th->max_batch = file_max_batch(bs, loop);
 	return th;
 }
 

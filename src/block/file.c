@@ -440,8 +440,6 @@ static int file_parse_opts(struct kv_opts *opts, struct file_opts *fo, char *err
 			 FILE_AIO_DEPTH, kv_get(opts, "aio-max-batch"));
 		return -EINVAL;
 	}
-	if (max_batch == 0 && fo->aio == FILE_AIO_NATIVE)
-		max_batch = FILE_AIO_MAX_BATCH_NATIVE;
 	fo->max_batch = (unsigned)max_batch;
 	return file_parse_locking(opts, fo, err, errlen);
 }
@@ -646,6 +644,18 @@ static void file_close(struct blk_node *bs)
 	free((char *)s->path);
 	free(s);
 	bs->opaque = NULL;
+}
+
+unsigned file_max_batch(struct blk_node *bs, const struct loop *loop)
+{
+	struct file_state *s = file_state(bs);
+	unsigned a = s->max_batch, b = loop_aio_max_batch(loop);
+
+	if (a && b)
+		return a < b ? a : b;
+	if (a || b)
+		return a ? a : b;
+	return s->aio == FILE_AIO_NATIVE ? FILE_AIO_MAX_BATCH_NATIVE : 0;
 }
 
 int file_get_engine_stats(struct blk_node *bs, struct loop *loop, struct file_engine_stats *out)

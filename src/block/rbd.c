@@ -22,8 +22,49 @@
 #include "loop/foreign.h"
 #include "loop/thread-pool.h"
 #include "util/compiler.h"
+#include "util/dynlib.h"
 #include "util/log.h"
 #include "util/opts.h"
+#include "util/secret.h"
+
+/* ---- librbd and librados, loaded at the first open ---------------------------- */
+
+/* Every entry point this driver calls. The headers declare them; the calls go
+ * through rl so that the daemon maps librbd (and its C++ runtime, its static
+ * constructors) only once an rbd node is opened. */
+/* clang-format off */
+#define RBD_LIB_FNS(X)                                                                      \
+	X(rados_create) X(rados_conf_read_file) X(rados_conf_parse_env) X(rados_conf_set)   \
+	X(rados_connect) X(rados_ioctx_create) X(rados_ioctx_set_namespace)                 \
+	X(rados_ioctx_destroy) X(rados_shutdown) X(rbd_open) X(rbd_open_read_only)          \
+	X(rbd_close) X(rbd_write) X(rbd_flush) X(rbd_create4) X(rbd_image_options_create)   \
+	X(rbd_image_options_destroy) X(rbd_get_size) X(rbd_get_features) X(rbd_get_flags)   \
+	X(rbd_resize) X(rbd_diff_iterate2) X(rbd_aio_create_completion)                     \
+	X(rbd_aio_get_return_value) X(rbd_aio_release) X(rbd_aio_readv) X(rbd_aio_writev)   \
+	X(rbd_aio_flush) X(rbd_aio_discard) X(rbd_aio_write_zeroes)
+/* clang-format on */
+
+#define RBD_LIB_PTR(f) __typeof__(f) *f;
+#define RBD_LIB_SYM(f) DYNLIB_SYM(rl, f),
+
+/* Filled once by rbd_lib_load, read-only afterwards (any thread). */
+static struct {
+	RBD_LIB_FNS(RBD_LIB_PTR)
+} rl;
+
+static const struct dynlib_sym rbd_lib_syms[] = {RBD_LIB_FNS(RBD_LIB_SYM)};
+static const char *const rbd_lib_sonames[] = {"librados.so.2", "librbd.so.1", NULL};
+static struct dynlib rbd_lib = {
+	.pkg = "librbd1",
+	.sonames = rbd_lib_sonames,
+	.syms = rbd_lib_syms,
+	.nsyms = sizeof(rbd_lib_syms) / sizeof(rbd_lib_syms[0]),
+};
+
+static int rbd_lib_load(char *err, size_t errlen)
+{
+	return dynlib_load(&rbd_lib, "rbd", err, errlen);
+}
 
 /* Where an image is and how to reach its cluster. */
 struct rbd_cfg {
@@ -154,18 +195,36 @@ static int rbd_dup_opt(struct kv_opts *opts, const char *key, char **dst)
 	return *dst ? 0 : -ENOMEM;
 }
 
+/* key-secret=ID: the secret object's value is the cephx key (QEMU passes
+ * it base64-encoded as rados' "key" setting, and so do we). */
+static int rbd_key_secret(struct rbd_cfg *c, const char *id, char *err, size_t errlen)
+{
+	char *key = NULL;
+	int ret;
+
+	if (!id)
+		return 0;
+	ret = secret_get_base64(id, &key);
+	if (ret == -ENOENT)
+		snprintf(err, errlen, "rbd: key-secret: No secret with id '%s'", id);
+	else if (!ret && (ret = kv_set(&c->pairs, "key", key)))
+		snprintf(err, errlen, "rbd: out of memory");
+	if (key) {
+		explicit_bzero(key, strlen(key));
+		free(key);
+	}
+	return ret;
+}
+
 /* The options of a blockdev (or those next to a file name). */
 static int rbd_parse_opts(struct rbd_cfg *c, struct kv_opts *opts, char *err, size_t errlen)
 {
 	const char *auth = kv_get(opts, "auth-client-required");
 	int ret;
 
-	if (kv_get(opts, "key-secret")) {
-		snprintf(err, errlen,
-			 "rbd: key-secret: secret objects are not supported; give "
-			 "the key in a keyring (keyring= in the file name, or conf=)");
-		return -EINVAL;
-	}
+	ret = rbd_key_secret(c, kv_get(opts, "key-secret"), err, errlen);
+	if (ret)
+		return ret;
 	ret = rbd_dup_opt(opts, "pool", &c->pool) ?: rbd_dup_opt(opts, "namespace", &c->ns)
 		?: rbd_dup_opt(opts, "image", &c->image) ?: rbd_dup_opt(opts, "snapshot", &c->snap)
 		?: rbd_dup_opt(opts, "conf", &c->conf) ?: rbd_dup_opt(opts, "user", &c->user);
@@ -228,44 +287,46 @@ static int rbd_fail(const char *what, const struct rbd_cfg *c, int ret, char *er
 static int rbd_connect(const struct rbd_cfg *c, const char *cache, rados_t *cl, rados_ioctx_t *io,
 		       char *err, size_t errlen)
 {
-	int ret = rados_create(cl, c->user);
+	int ret = rl.rados_create(cl, c->user);
 	size_t i;
 
 	if (ret < 0)
 		return rbd_fail("cannot set up a cluster handle", c, ret, err, errlen);
 	/* Without conf=: the usual places ($CEPH_CONF, /etc/ceph); none is fine. */
-	ret = rados_conf_read_file(*cl, c->conf);
+	ret = rl.rados_conf_read_file(*cl, c->conf);
 	if (ret < 0 && c->conf) {
 		rbd_fail("cannot read the configuration file", c, ret, err, errlen);
 		goto fail;
 	}
-	rados_conf_parse_env(*cl, NULL);
+	rl.rados_conf_parse_env(*cl, NULL);
 	for (i = 0; i < c->pairs.n; i++) {
-		ret = rados_conf_set(*cl, c->pairs.v[i].key, c->pairs.v[i].val);
+		ret = rl.rados_conf_set(*cl, c->pairs.v[i].key, c->pairs.v[i].val);
 		if (ret < 0) {
+			bool hide = !strcmp(c->pairs.v[i].key, "key"); /* a secret */
+
 			snprintf(err, errlen, "rbd: %s: bad setting %s=%s", c->desc,
-				 c->pairs.v[i].key, c->pairs.v[i].val);
+				 c->pairs.v[i].key, hide ? "(secret)" : c->pairs.v[i].val);
 			goto fail;
 		}
 	}
 	/* As QEMU maps its cache modes: librbd's cache for writeback only. */
-	if (cache &&
-	    (ret = rados_conf_set(*cl, "rbd_cache", strcmp(cache, "none") ? "true" : "false")) < 0)
+	if (cache && (ret = rl.rados_conf_set(*cl, "rbd_cache",
+					      strcmp(cache, "none") ? "true" : "false")) < 0)
 		goto fail;
-	ret = rados_connect(*cl);
+	ret = rl.rados_connect(*cl);
 	if (ret < 0) {
 		rbd_fail("cannot connect to the cluster", c, ret, err, errlen);
 		goto fail;
 	}
-	ret = rados_ioctx_create(*cl, c->pool, io);
+	ret = rl.rados_ioctx_create(*cl, c->pool, io);
 	if (ret < 0) {
 		rbd_fail("cannot open the pool", c, ret, err, errlen);
 		goto fail;
 	}
-	rados_ioctx_set_namespace(*io, c->ns ? c->ns : "");
+	rl.rados_ioctx_set_namespace(*io, c->ns ? c->ns : "");
 	return 0;
 fail:
-	rados_shutdown(*cl);
+	rl.rados_shutdown(*cl);
 	return ret < 0 ? ret : -EINVAL;
 }
 
@@ -275,13 +336,13 @@ static int rbd_write_head(rados_ioctx_t io, const struct rbd_cfg *c, const void 
 {
 	rbd_image_t img;
 	ssize_t n;
-	int ret = rbd_open(io, c->image, &img, NULL);
+	int ret = rl.rbd_open(io, c->image, &img, NULL);
 
 	if (ret < 0)
 		return rbd_fail("cannot open the new image", c, ret, err, errlen);
-	n = rbd_write(img, 0, len, head);
-	ret = n < 0 ? (int)n : (size_t)n != len ? -EIO : rbd_flush(img);
-	rbd_close(img);
+	n = rl.rbd_write(img, 0, len, head);
+	ret = n < 0 ? (int)n : (size_t)n != len ? -EIO : rl.rbd_flush(img);
+	rl.rbd_close(img);
 	return ret < 0 ? rbd_fail("cannot write the new image", c, ret, err, errlen) : 0;
 }
 
@@ -294,7 +355,7 @@ int blk_rbd_create(const char *name, uint64_t size, const void *head, size_t len
 	rados_t cl;
 	int ret;
 
-	ret = rbd_cfg_parse(&c, NULL, name, err, errlen);
+	ret = rbd_lib_load(err, errlen) ?: rbd_cfg_parse(&c, NULL, name, err, errlen);
 	if (!ret && c.snap) {
 		snprintf(err, errlen, "rbd: %s: cannot create a snapshot", c.desc);
 		ret = -EINVAL;
@@ -305,15 +366,15 @@ int blk_rbd_create(const char *name, uint64_t size, const void *head, size_t len
 		rbd_cfg_free(&c);
 		return ret;
 	}
-	rbd_image_options_create(&o); /* the cluster's default features */
-	ret = rbd_create4(io, c.image, size, o);
-	rbd_image_options_destroy(o);
+	rl.rbd_image_options_create(&o); /* the cluster's default features */
+	ret = rl.rbd_create4(io, c.image, size, o);
+	rl.rbd_image_options_destroy(o);
 	if (ret < 0)
 		rbd_fail("cannot create the image", &c, ret, err, errlen);
 	else if (len)
 		ret = rbd_write_head(io, &c, head, len, err, errlen);
-	rados_ioctx_destroy(io);
-	rados_shutdown(cl);
+	rl.rados_ioctx_destroy(io);
+	rl.rados_shutdown(cl);
 	rbd_cfg_free(&c);
 	return ret;
 }
@@ -352,8 +413,8 @@ static void rbd_aio_cb(rbd_completion_t c, void *arg)
 {
 	struct rbd_req *r = arg;
 
-	r->ret = rbd_aio_get_return_value(c);
-	rbd_aio_release(c);
+	r->ret = rl.rbd_aio_get_return_value(c);
+	rl.rbd_aio_release(c);
 	r->msg.cb = rbd_done_msg;
 	loop_foreign_post(blk_req_from_drv(r)->loop, &r->msg);
 }
@@ -372,15 +433,15 @@ static int rbd_start(rbd_image_t img, struct blk_request *req, rbd_completion_t 
 {
 	switch (req->op) {
 	case BLK_OP_READ:
-		return rbd_aio_readv(img, req->iov, req->iovcnt, req->offset, c);
+		return rl.rbd_aio_readv(img, req->iov, req->iovcnt, req->offset, c);
 	case BLK_OP_WRITE:
-		return rbd_aio_writev(img, req->iov, req->iovcnt, req->offset, c);
+		return rl.rbd_aio_writev(img, req->iov, req->iovcnt, req->offset, c);
 	case BLK_OP_FLUSH:
-		return rbd_aio_flush(img, c);
+		return rl.rbd_aio_flush(img, c);
 	case BLK_OP_DISCARD:
-		return rbd_aio_discard(img, req->offset, req->len, c);
+		return rl.rbd_aio_discard(img, req->offset, req->len, c);
 	case BLK_OP_WRITE_ZEROES: /* QEMU's mapping: keep the blocks unless MAY_UNMAP */
-		return rbd_aio_write_zeroes(
+		return rl.rbd_aio_write_zeroes(
 			img, req->offset, req->len, c,
 			req->flags & BLK_F_MAY_UNMAP ? 0 : RBD_WRITE_ZEROES_FLAG_THICK_PROVISION,
 			0);
@@ -423,7 +484,7 @@ static int rbd_status_fn(struct tp_work *w)
 	struct blk_request *req = blk_req_from_drv(r);
 	struct rbd_state *s = r->bs->opaque;
 	struct rbd_diff d = {.off = req->offset, .len = req->len};
-	int ret = rbd_diff_iterate2(s->img, NULL, req->offset, req->len, 1, 1, rbd_diff_cb, &d);
+	int ret = rl.rbd_diff_iterate2(s->img, NULL, req->offset, req->len, 1, 1, rbd_diff_cb, &d);
 
 	if (ret < 0 && ret != RBD_DIFF_STOP)
 		return ret;
@@ -455,12 +516,12 @@ static int rbd_submit(struct blk_node *bs, struct blk_request *req)
 	r->th = blk_thread_state(bs, req->loop, rbd_thread_ctor);
 	if (!r->th)
 		return -ENOMEM;
-	ret = rbd_aio_create_completion(r, rbd_aio_cb, &c);
+	ret = rl.rbd_aio_create_completion(r, rbd_aio_cb, &c);
 	if (ret < 0)
 		return ret;
 	ret = rbd_start(s->img, req, c);
 	if (ret < 0) {
-		rbd_aio_release(c);
+		rl.rbd_aio_release(c);
 		return ret;
 	}
 	loop_foreign_expect(&r->th->f);
@@ -480,17 +541,17 @@ static int rbd_open_image(struct blk_node *bs, struct rbd_state *s, const struct
 			 c->desc);
 		return -EINVAL;
 	}
-	ret = bs->read_only ? rbd_open_read_only(s->io, c->image, &s->img, c->snap)
-			    : rbd_open(s->io, c->image, &s->img, c->snap);
+	ret = bs->read_only ? rl.rbd_open_read_only(s->io, c->image, &s->img, c->snap)
+			    : rl.rbd_open(s->io, c->image, &s->img, c->snap);
 	if (ret < 0)
 		return rbd_fail("cannot open the image", c, ret, err, errlen);
-	ret = rbd_get_size(s->img, &size);
+	ret = rl.rbd_get_size(s->img, &size);
 	if (ret < 0) {
-		rbd_close(s->img);
+		rl.rbd_close(s->img);
 		return rbd_fail("cannot get the size", c, ret, err, errlen);
 	}
 	bs->size = size;
-	if (rbd_get_features(s->img, &features) == 0 && rbd_get_flags(s->img, &flags) == 0)
+	if (rl.rbd_get_features(s->img, &features) == 0 && rl.rbd_get_flags(s->img, &flags) == 0)
 		s->fast_diff =
 			(features & RBD_FEATURE_FAST_DIFF) && !(flags & RBD_FLAG_FAST_DIFF_INVALID);
 	return 0;
@@ -507,7 +568,8 @@ static int rbd_open_node(struct blk_node *bs, struct kv_opts *opts, char *err, s
 		snprintf(err, errlen, "rbd: cache must be 'none' or 'writeback', not '%s'", cache);
 		return -EINVAL;
 	}
-	ret = rbd_cfg_parse(&c, opts, kv_get(opts, "filename"), err, errlen);
+	ret = rbd_lib_load(err, errlen)
+		      ?: rbd_cfg_parse(&c, opts, kv_get(opts, "filename"), err, errlen);
 	s = ret ? NULL : calloc(1, sizeof(*s));
 	if (!ret && !s)
 		ret = -ENOMEM;
@@ -515,8 +577,8 @@ static int rbd_open_node(struct blk_node *bs, struct kv_opts *opts, char *err, s
 		ret = rbd_connect(&c, cache ? cache : "writeback", &s->cluster, &s->io, err,
 				  errlen);
 	if (!ret && (ret = rbd_open_image(bs, s, &c, err, errlen))) {
-		rados_ioctx_destroy(s->io);
-		rados_shutdown(s->cluster);
+		rl.rados_ioctx_destroy(s->io);
+		rl.rados_shutdown(s->cluster);
 	}
 	if (!ret) {
 		snprintf(s->desc, sizeof(s->desc), "%s", c.desc);
@@ -554,9 +616,9 @@ static void rbd_close_node(struct blk_node *bs)
 	if (!s)
 		return;
 	rbd_free_threads(bs);
-	rbd_close(s->img);
-	rados_ioctx_destroy(s->io);
-	rados_shutdown(s->cluster);
+	rl.rbd_close(s->img);
+	rl.rados_ioctx_destroy(s->io);
+	rl.rados_shutdown(s->cluster);
 	free(s);
 	bs->opaque = NULL;
 }
@@ -564,7 +626,7 @@ static void rbd_close_node(struct blk_node *bs)
 static int rbd_truncate(struct blk_node *bs, uint64_t size)
 {
 	struct rbd_state *s = bs->opaque;
-	int ret = rbd_resize(s->img, size);
+	int ret = rl.rbd_resize(s->img, size);
 
 	if (ret < 0)
 		return ret;

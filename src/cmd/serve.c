@@ -111,6 +111,7 @@ static void serve_usage(FILE *f)
 		"         --monitor unix=PATH[,mode=OCTAL][,pretty=on]\n"
 		"         --chardev socket,id=ID,path=PATH,server=on[,wait=off] --monitor [chardev=]ID\n"
 		"         --object iothread,id=ID[,poll-max-ns=NS]   --nbd-server addr.type=unix,addr.path=P\n"
+		"         --object secret,id=ID,data=TEXT|file=PATH[,format=raw|base64]\n"
 		"         --blockdev driver=DRIVER,node-name=NODE[,...]\n"
 		"         --export type=nbd|vhost-user-blk,id=ID,node-name=NODE[,...]\n"
 		"\n"
@@ -144,9 +145,11 @@ static void serve_usage(FILE *f)
 		"  --chardev SPEC         qemu-storage-daemon's form: a socket (path= or fd=) that\n"
 		"                         --monitor chardev=ID serves\n"
 		"  --object SPEC          qemu-storage-daemon's: a named iothread (object-add's\n"
-		"                         arguments) that exports name with iothread=ID\n"
+		"                         arguments) that exports name with iothread=ID, or a\n"
+		"                         secret that rbd's key-secret=ID names\n"
 		"  --blockdev SPEC        qemu-storage-daemon's: a block node (blockdev-add's\n"
-		"                         arguments: file, raw, qcow2, null-co; keyval or JSON)\n"
+		"                         arguments: file, raw, qcow2, null-co, rbd, nbd; keyval\n"
+		"                         or JSON)\n"
 		"  --nbd-server SPEC      qemu-storage-daemon's NBD server (nbd-server-start's\n"
 		"                         arguments: addr.type=unix|inet|fd, max-connections=N)\n"
 		"  --export SPEC          qemu-storage-daemon's block-export-add: type=nbd or\n"
@@ -720,6 +723,7 @@ static void detach_images(void *arg)
 {
 	(void)arg;
 	blk_graph_detach_loop(loop_current()); /* every node: --image's and blockdev-add's */
+	qmp_exports_forget_loop(loop_current());
 }
 
 static int start_iothreads(struct serve *sv)

@@ -19,8 +19,8 @@
 
 /* "null" and "host_device" are ioplane's name for null-co and what its
  * file driver opens as well. */
-static const struct qapi_type bd_driver =
-	QAPI_ENUM_TYPE("BlockdevDriver", "file", "host_device", "null-co", "null", "qcow2", "raw");
+static const struct qapi_type bd_driver = QAPI_ENUM_TYPE(
+	"BlockdevDriver", "file", "host_device", "nbd", "null-co", "null", "qcow2", "raw", "rbd");
 static const struct qapi_type bd_discard =
 	QAPI_ENUM_TYPE("BlockdevDiscardOptions", "ignore", "unmap");
 static const struct qapi_type bd_detect_zeroes =
@@ -61,7 +61,8 @@ const struct qapi_type qmp_blockdev_options = QAPI_UNION_TYPE(
 		     QAPI_OPT("force-share", &qapi_bool),
 		     QAPI_OPT("detect-zeroes", &bd_detect_zeroes)),
 	"driver", {"file", &bd_file}, {"host_device", &bd_file}, {"null-co", &bd_null},
-	{"null", &bd_null}, {"qcow2", &bd_qcow2}, {"raw", &bd_raw});
+	{"null", &bd_null}, {"qcow2", &bd_qcow2}, {"raw", &bd_raw}, {"rbd", &qmp_bd_rbd},
+	{"nbd", &qmp_bd_nbd});
 
 static const struct qapi_type del_args =
 	QAPI_OBJECT_TYPE("q_obj_blockdev-del-arg", QAPI_MEMBERS(QAPI_REQ("node-name", &qapi_str)));
@@ -158,6 +159,8 @@ static int kv_driver(struct kv_opts *kv, const json_t *o, const char *drv)
 			ret = kv_int(kv, o, "size", "size");
 	} else if (!strcmp(drv, "qcow2")) {
 		ret = kv_int(kv, o, "l2-cache-size", "l2-cache-size");
+	} else {
+		ret = qmp_bd_remote_kv(kv, o, drv);
 	}
 	return ret;
 }

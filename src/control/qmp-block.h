@@ -17,6 +17,12 @@ struct blk_node;
  * arg, "driver", ...). */
 extern const struct qapi_type qmp_blockdev_options;
 
+/* The remote protocol drivers (qmp-block-remote.c): their BlockdevOptions
+ * members, and those members as the driver's key=value options. */
+struct kv_opts;
+extern const struct qapi_type qmp_bd_rbd, qmp_bd_nbd;
+int qmp_bd_remote_kv(struct kv_opts *kv, const json_t *o, const char *drv);
+
 /* Add the commands and the event (once). 0 or -errno. */
 int qmp_block_register(void);
 

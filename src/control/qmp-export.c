@@ -208,6 +208,8 @@ static int add_nbd(const json_t *args, struct qexp *x, struct blk_node *bs,
 	ec.name = name ? name : x->node;
 	ec.description = qapi_get_str(args, "description");
 	ec.writable = qapi_get_bool(args, "writable", false);
+	ec.loops = x->held; /* its connections run there (round-robin) */
+	ec.nloops = x->nheld;
 	ret = nbd_check(args, ec.name, err, errlen);
 	if (ret < 0)
 		return ret;
@@ -656,6 +658,14 @@ void qmp_exports_abort(void)
 {
 	for (struct old_srv *o = old_srvs; o; o = o->next)
 		nbd_server_abort(o->s);
+}
+
+void qmp_exports_forget_loop(struct loop *loop)
+{
+	if (qmp_srv)
+		nbd_server_forget_loop(qmp_srv, loop);
+	for (struct old_srv *o = old_srvs; o; o = o->next)
+		nbd_server_forget_loop(o->s, loop);
 }
 
 void qmp_exports_free(void)

@@ -37,6 +37,8 @@ struct qmp_export_env {
 
 /* BlockExportOptions and NbdServerOptions, for --export and --nbd-server. */
 extern const struct qapi_type qmp_block_export_options, qmp_nbd_server_options;
+/* SocketAddress (sockets.json); blockdev-add's nbd driver takes one too. */
+extern const struct qapi_type qexp_socket_address;
 
 /* Register the commands and the event; env is copied. 0 or -errno. */
 int qmp_export_init(const struct qmp_export_env *env);
@@ -65,5 +67,9 @@ unsigned qmp_export_count(void);
 /* An export id for the command line's shorthands: want when it is a valid
  * id not taken, else PREFIX0, PREFIX1, ... (the first one free). */
 void qmp_export_make_id(const char *want, const char *prefix, char *out, size_t len);
+
+/* An iothread goes (object-del, exit): the NBD servers forget its loop,
+ * where exports placed connections (nbd_server_forget_loop's rules). */
+void qmp_exports_forget_loop(struct loop *loop);
 
 #endif

@@ -42,4 +42,9 @@ void qmp_objects_set_detach(void (*fn)(void *arg), void *arg);
 /* Stop and free every iothread (the pool too), at the daemon's end. */
 void qmp_objects_free(void);
 
+/* A secret object (QEMU's SecretProperties: data= or file=, format=raw|
+ * base64) into util/secret.h's table (qmp-secret.c). 0 or -errno and
+ * QEMU's message. */
+int qmp_secret_add(const char *id, const json_t *args, char *err, size_t errlen);
+
 #endif

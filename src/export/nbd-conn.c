@@ -79,7 +79,7 @@ static void conn_set_events(struct nbd_conn *c)
 		return;
 	if (c->ring) /* input comes through the loop's io_uring */
 		nbd_ring_update(c);
-	else if (c->state == NBD_CONN_OPEN && !c->in_blocked)
+	else if (c->state == NBD_CONN_OPEN && !c->in_blocked && !c->move_to)
 		want |= EPOLLIN;
 	if (c->out_blocked)
 		want |= EPOLLOUT;
@@ -377,6 +377,59 @@ void nbd_conn_unblock(struct nbd_conn *c)
 	nbd_conn_parse(c);
 }
 
+/* ---- moving to the export's loop ------------------------------------------ */
+
+/* On the new loop: the connection is this loop's from here on. A drain or an
+ * export removal that ran while it was between loops missed it: act now. */
+static void conn_moved(struct loop_msg *m)
+{
+	struct nbd_conn *c = container_of(m, struct nbd_conn, move_msg);
+	struct nbd_slot *slot = c->slot;
+
+	c->next = slot->conns;
+	if (c->next)
+		c->next->pprev = &c->next;
+	c->pprev = &slot->conns;
+	slot->conns = c;
+	nbd_conn_get(c);
+	if (atomic_load(&c->exp->removed)) {
+		nbd_conn_close(c, "export removed");
+	} else if (atomic_load(&c->srv->draining)) {
+		nbd_conn_drain(c);
+	} else {
+		if (loop_uring_waits(c->loop))
+			nbd_ring_start(c);
+		nbd_conn_kick(c);  /* what is left of the handshake's reply */
+		nbd_conn_parse(c); /* requests the client sent right after GO */
+	}
+	nbd_conn_put(c);
+}
+
+/* On the old loop, at the end of a round, with nothing of the connection
+ * left in this loop (fd handler, timer, flush, receive, budget grant). */
+static void conn_move(struct nbd_conn *c)
+{
+	struct nbd_server *s = c->srv;
+	struct nbd_slot *to = &s->slots[loop_index(c->move_to)];
+
+	assert(!c->ring && !c->mem_queued && !loop_timer_armed(&c->timer));
+	if (c->events)
+		loop_fd_del(c->loop, &c->fdh);
+	c->events = 0;
+	*c->pprev = c->next;
+	if (c->next)
+		c->next->pprev = c->pprev;
+	c->pprev = NULL;
+	c->next = NULL;
+	atomic_fetch_add(&to->nconns, 1);
+	atomic_fetch_sub(&c->slot->nconns, 1);
+	c->slot = to;
+	c->loop = c->move_to;
+	c->move_to = NULL;
+	c->move_msg.cb = conn_moved;
+	loop_send(c->loop, &c->move_msg);
+}
+
 static void conn_flush_cb(struct loop_flush *f)
 {
 	struct nbd_conn *c = container_of(f, struct nbd_conn, flush);
@@ -390,6 +443,12 @@ static void conn_flush_cb(struct loop_flush *f)
 	nbd_conn_unblock(c);
 	if (c->state == NBD_CONN_DRAIN && c->busy == 0)
 		conn_idle(c);
+	/* Only the socket's reference and ours: nothing else holds it here. */
+	if (c->move_to && c->state == NBD_CONN_OPEN && c->refs == 2 && !c->flush.queued) {
+		c->refs--;
+		conn_move(c);
+		return;
+	}
 	nbd_conn_put(c);
 }
 
@@ -407,7 +466,7 @@ void nbd_conn_parse(struct nbd_conn *c)
 	if (c->state == NBD_CONN_OPEN && !c->in_blocked && c->phase != NBD_PHASE_TRANSMISSION)
 		ret = nbd_handshake_input(c);
 	if (!ret && c->state == NBD_CONN_OPEN && !c->in_blocked &&
-	    c->phase == NBD_PHASE_TRANSMISSION)
+	    c->phase == NBD_PHASE_TRANSMISSION && !c->move_to)
 		ret = nbd_transmit_input(c);
 	c->in_parse = false;
 	if (ret < 0) {
@@ -442,7 +501,9 @@ int nbd_conn_enter_transmission(struct nbd_conn *c)
 		return -ENOMEM;
 	c->rbuf = nb;
 	c->rcap = NBD_RBUF_SIZE;
-	if (loop_uring_waits(c->loop))
+	if (c->move_to)
+		nbd_conn_kick(c); /* the move happens in the round's flush hook */
+	else if (loop_uring_waits(c->loop))
 		nbd_ring_start(c);
 	return 0;
 }

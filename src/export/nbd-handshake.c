@@ -78,7 +78,11 @@ int nbd_handshake_start(struct nbd_conn *c)
 
 static int enter_transmission(struct nbd_conn *c, struct nbd_export *e)
 {
-	int ret = nbd_conn_enter_transmission(c);
+	int ret;
+
+	/* The export's iothread(s): the connection moves there (nbd-conn.c). */
+	c->move_to = nbd_export_pick_loop(e, c->loop);
+	ret = nbd_conn_enter_transmission(c);
 
 	if (ret < 0)
 		return ret;

@@ -55,6 +55,10 @@ struct nbd_export {
 	bool writable;
 	enum nbd_detect_zeroes detect_zeroes;
 	struct nbd_server *srv;
+	struct loop **loops; /* nbd_export_config's (owned copy of the array) */
+	unsigned nloops;
+	atomic_uint rr;      /* round-robin over loops, any connection's thread */
+	atomic_bool removed; /* nbd_server_export_del ran (before its kill messages) */
 	atomic_uint refs;
 	struct loop_msg gone_msg;
 	void (*gone_cb)(void *opaque); /* main thread: set when it is removed */
@@ -127,6 +131,8 @@ void nbd_export_put(struct nbd_export *e);
 /* Hold the export list still while walking srv->exports (NBD_OPT_LIST). */
 void nbd_exports_lock(struct nbd_server *s);
 void nbd_exports_unlock(struct nbd_server *s);
+/* The loop a connection that chose e should run on; NULL: where it is. */
+struct loop *nbd_export_pick_loop(struct nbd_export *e, struct loop *cur);
 /* Transmission flags of an export for a connection with these options. */
 uint16_t nbd_export_tflags(const struct nbd_export *e, bool structured);
 /* Called by a connection when it is freed (its thread). */
@@ -254,6 +260,10 @@ struct nbd_conn {
 	struct nbd_export *meta_exp; /* ... for this export */
 	struct nbd_export *exp;      /* transmission: the export */
 	uint16_t tflags;
+	/* The export's loop, when not this one: the connection stops reading
+	 * and moves there at the end of the round (nbd-conn.c, conn_move). */
+	struct loop *move_to;
+	struct loop_msg move_msg;
 
 	/* Socket input through the loop's io_uring (nbd-ring.c), in
 	 * transmission on a loop where loop_uring_waits(): the fd handler then

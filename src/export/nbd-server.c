@@ -114,6 +114,7 @@ struct nbd_export *nbd_export_find(struct nbd_server *s, const char *name, size_
 
 static void export_free(struct nbd_export *e)
 {
+	free(e->loops);
 	free(e->name);
 	free(e->description);
 	free(e);
@@ -126,6 +127,27 @@ static void export_gone_cb(struct loop_msg *m)
 	if (e->gone_cb)
 		e->gone_cb(e->gone_opaque);
 	export_free(e);
+}
+
+struct loop *nbd_export_pick_loop(struct nbd_export *e, struct loop *cur)
+{
+	struct loop *to;
+
+	if (!e->nloops)
+		return NULL;
+	to = e->loops[atomic_fetch_add(&e->rr, 1) % e->nloops];
+	return to == cur ? NULL : to;
+}
+
+void nbd_server_forget_loop(struct nbd_server *s, struct loop *loop)
+{
+	struct nbd_slot *slot = &s->slots[loop_index(loop)];
+
+	for (unsigned i = 0; i < s->nloops; i++)
+		if (s->loops[i] == loop)
+			return; /* the server's own: it outlives the server */
+	if (atomic_load(&slot->loop) == loop && !atomic_load(&slot->nconns))
+		atomic_store(&slot->loop, NULL);
 }
 
 void nbd_export_put(struct nbd_export *e)
@@ -175,6 +197,15 @@ static struct nbd_export *export_new(struct nbd_server *s, const struct nbd_expo
 		free(e);
 		return NULL;
 	}
+	if (ec->nloops && !(e->loops = calloc(ec->nloops, sizeof(*e->loops)))) {
+		free(e->name);
+		free(e->description);
+		free(e);
+		return NULL;
+	}
+	for (unsigned i = 0; i < ec->nloops; i++)
+		e->loops[i] = slot_for(s, ec->loops[i])->loop;
+	e->nloops = ec->nloops;
 	e->bs = ec->bs;
 	e->writable = ec->writable;
 	e->detect_zeroes = ec->detect_zeroes;
@@ -539,6 +570,7 @@ void nbd_server_export_del(struct nbd_server *s, struct nbd_export *e, void (*do
 	nbd_exports_unlock(s);
 	e->gone_cb = done;
 	e->gone_opaque = opaque;
+	atomic_store(&e->removed, true); /* a connection moving between loops checks it */
 	/* A connection that found it before the unlink is on some slot. */
 	for (i = 0; i < LOOP_MAX_THREADS; i++) {
 		struct loop *loop = atomic_load(&s->slots[i].loop);

@@ -59,6 +59,12 @@ struct nbd_export_config {
 	struct blk_node *bs;
 	bool writable; /* the node must not be read-only */
 	enum nbd_detect_zeroes detect_zeroes;
+	/* The loops its connections run on, round-robin (an export's iothread
+	 * or iothreads); nloops 0: the server's. A connection accepted on
+	 * another loop moves once the client has chosen the export. The loops
+	 * must outlive the export (nbd_server_forget_loop when one goes). */
+	struct loop *const *loops;
+	unsigned nloops;
 };
 
 int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out);
@@ -70,6 +76,9 @@ int nbd_server_export_add(struct nbd_server *s, const struct nbd_export_config *
 			  struct nbd_export **out, char *err, size_t errlen);
 int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *e, char *err,
 			  size_t errlen);
+/* A loop (an iothread that no export uses any more) is going away: forget
+ * it. Main thread, or the loop's own thread while the main thread waits. */
+void nbd_server_forget_loop(struct nbd_server *s, struct loop *loop);
 /* Connections that use the export or negotiate with it now. */
 unsigned nbd_export_users(const struct nbd_export *e);
 /* Remove it: no client finds it any more; those using it are disconnected,

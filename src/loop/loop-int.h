@@ -34,6 +34,8 @@ struct loop {
 	/* Adaptive polling. */
 	int64_t poll_max_ns;
 	uint64_t poll_ns;
+	unsigned poll_grow, poll_shrink; /* 0: x2, /2 */
+	unsigned aio_max_batch;          /* 0: the engines' default */
 	struct loop_poll *polls;
 	unsigned npolls;
 

@@ -174,6 +174,9 @@ int loop_new(const struct loop_opts *opts, struct loop **out)
 	}
 	loop->defer_tail = &loop->defer_head;
 	loop->poll_max_ns = opts->poll_max_ns < 0 ? poll_max_from_env() : opts->poll_max_ns;
+	loop->poll_grow = opts->poll_grow;
+	loop->poll_shrink = opts->poll_shrink;
+	loop->aio_max_batch = opts->aio_max_batch;
 	loop->epfd = -1;
 	loop->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (loop->efd < 0) {
@@ -417,6 +420,16 @@ void loop_set_poll_max_ns(struct loop *loop, int64_t ns)
 	loop->poll_max_ns = ns < 0 ? LOOP_POLL_MAX_NS_DEFAULT : ns;
 	if (loop->poll_ns > (uint64_t)loop->poll_max_ns)
 		loop->poll_ns = (uint64_t)loop->poll_max_ns;
+}
+
+void loop_set_aio_max_batch(struct loop *loop, unsigned n)
+{
+	loop->aio_max_batch = n;
+}
+
+unsigned loop_aio_max_batch(const struct loop *loop)
+{
+	return loop->aio_max_batch;
 }
 
 /* ---- cross-thread messages ---------------------------------------------- */
@@ -778,11 +791,16 @@ static void adapt_poll(struct loop *loop, uint64_t block_ns)
 	if (block_ns <= loop->poll_ns)
 		return;
 	if (block_ns > 2 * max) {
-		loop->poll_ns /= 2;
+		loop->poll_ns /= loop->poll_shrink ? loop->poll_shrink : 2;
 		if (loop->poll_ns < 1000)
 			loop->poll_ns = 0;
 	} else if (loop->poll_ns < max) {
-		loop->poll_ns = loop->poll_ns ? loop->poll_ns * 2 : 4000;
+		/* Saturating: poll-grow may be any 32-bit value. */
+		uint64_t g = loop->poll_grow ? loop->poll_grow : 2;
+
+		loop->poll_ns = !loop->poll_ns            ? 4000
+				: loop->poll_ns > max / g ? max
+							  : loop->poll_ns * g;
 		if (loop->poll_ns > max)
 			loop->poll_ns = max;
 	}

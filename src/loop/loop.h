@@ -27,6 +27,10 @@ struct loop_opts {
 	enum loop_backend backend; /* AUTO: honour $IOPLANE_LOOP_BACKEND=uring|epoll */
 	int64_t poll_max_ns;       /* <0: default (32768 or $IOPLANE_POLL_MAX_NS); 0: off */
 	unsigned uring_entries;    /* 0: default (256) */
+	/* QEMU's iothread properties; 0: the default (x2, /2, the engine's). */
+	unsigned poll_grow;     /* poll time multiplier when events came just too late */
+	unsigned poll_shrink;   /* its divisor when polling was wasted on a long sleep */
+	unsigned aio_max_batch; /* requests per submit call, for I/O engines */
 };
 
 /* Deferred work: runs at the end of the current dispatch round, on the same
@@ -155,6 +159,10 @@ void loop_fd_del(struct loop *loop, struct loop_fd *h);
 void loop_poll_add(struct loop *loop, struct loop_poll *p);
 void loop_poll_del(struct loop *loop, struct loop_poll *p);
 void loop_set_poll_max_ns(struct loop *loop, int64_t ns);
+/* The loop's own thread (or before it runs): as loop_opts.aio_max_batch. */
+void loop_set_aio_max_batch(struct loop *loop, unsigned n);
+/* The loop's aio-max-batch (0: none set); read on the loop's thread. */
+unsigned loop_aio_max_batch(const struct loop *loop);
 
 void loop_request_flush(struct loop *loop, struct loop_flush *f);
 

@@ -25,8 +25,8 @@
 #include "util/iov.h"
 #include "util/opts.h"
 
-#define MiB	    (1024u * 1024u)
-#define FILE_SIZE   (8 * MiB)
+#define MiB (1024u * 1024u)
+#define FILE_SIZE (8 * MiB)
 #define WATCHDOG_NS (10ull * 1000000000ull)
 
 struct cfg {
@@ -559,7 +559,7 @@ static void test_many_in_flight(void **state)
 	assert_memory_equal(buf, chk, (size_t)NREQ * 4096);
 	if (!strcmp(f->cfg->aio, "native")) {
 		st1 = engine_stats(f);
-		assert_true(st1.queued_max >= NREQ);	      /* queued past the context */
+		assert_true(st1.queued_max >= NREQ);          /* queued past the context */
 		assert_true(st1.max_batch <= FILE_AIO_DEPTH); /* never more in the kernel */
 		assert_true(st1.submit_calls - st0.submit_calls >= 2 * NREQ / FILE_AIO_DEPTH);
 		assert_int_equal(st1.in_flight, 0);
@@ -646,6 +646,31 @@ static void test_max_batch(void **state)
 		assert_int_equal(st1.max_batch,
 				 strcmp(f->cfg->aio, "native") ? 32 : FILE_AIO_MAX_BATCH_NATIVE);
 	blk_close(bs);
+}
+
+/* The iothread's aio-max-batch (the loop's): 3 alone; with the node's 5 the
+ * smaller wins, as in QEMU. */
+static void test_loop_max_batch(void **state)
+{
+	struct fix *f = *state;
+	struct file_engine_stats st0 = {0}, st1;
+	struct blk_node *bs = NULL;
+	char err[256] = "";
+
+	loop_set_aio_max_batch(g_loop, 3);
+	for (int i = 0; i < 2; i++) {
+		if (open_node(f, i ? "aio-max-batch=5" : "aio-max-batch=0", &bs, err,
+			      sizeof(err)) != 0)
+			fail_msg("open: %s", err);
+		st1 = read_32(f, bs, &st0);
+		if (has_engine_stats(f)) {
+			assert_int_equal(st1.submit_calls - st0.submit_calls, 11);
+			assert_int_equal(st1.max_batch, 3);
+		}
+		blk_close(bs);
+		bs = NULL;
+	}
+	loop_set_aio_max_batch(g_loop, 0);
 }
 
 /* detach_loop drops the per-loop state; the next request rebuilds it. */
@@ -822,7 +847,7 @@ static void test_options(void **state)
 
 static const struct cfg cfgs[] = {
 	{"io_uring", "writeback"}, {"io_uring", "none"},     {"native", "writeback"},
-	{"native", "none"},	   {"threads", "writeback"}, {"threads", "none"},
+	{"native", "none"},        {"threads", "writeback"}, {"threads", "none"},
 };
 
 #define T(fn, i) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, (void *)&cfgs[i])
@@ -830,7 +855,7 @@ static const struct cfg cfgs[] = {
 	T(test_probe, i), T(test_rw, i), T(test_discard, i), T(test_write_zeroes, i),              \
 		T(test_block_status, i), T(test_iov_max, i), T(test_short_read_eof, i),            \
 		T(test_grow, i), T(test_many_in_flight, i), T(test_batch, i),                      \
-		T(test_max_batch, i), T(test_detach, i)
+		T(test_max_batch, i), T(test_loop_max_batch, i), T(test_detach, i)
 
 static int group_setup(void **state)
 {

@@ -62,8 +62,8 @@ static void test_defer_fifo_and_next_round(void **state)
 
 	(void)state;
 	for (i = 0; i < 3; i++) {
-		t[i] = (struct dtest){.d.cb = dtest_cb, .loop = loop, .order = order, .n = &n,
-				      .id = i};
+		t[i] = (struct dtest){
+			.d.cb = dtest_cb, .loop = loop, .order = order, .n = &n, .id = i};
 		loop_defer(loop, &t[i].d);
 	}
 	t[1].requeue = 1;
@@ -355,6 +355,67 @@ static void test_poll_adapts(void **state)
 	loop_get_stats(loop, &st);
 	assert_true(st.poll_ns < grown);
 	loop_poll_del(loop, &pt.p);
+	loop_free(loop);
+}
+
+/* Run rounds until a timer armed `ns` from now has fired, n times. */
+static void sleep_events(struct loop *loop, int n, uint64_t ns)
+{
+	struct tick tk = {.t.cb = tick_cb};
+
+	for (int i = 0; i < n; i++) {
+		loop_timer_arm(loop, &tk.t, loop_now_ns() + ns);
+		while (loop_timer_armed(&tk.t))
+			loop_run_once(loop, true);
+	}
+}
+
+/* poll-grow=8, poll-shrink=4 (QEMU's iothread properties): three events just
+ * after polling stopped take the poll time 0 -> 4 us -> 32 us -> 256 us
+ * (x2 would be 16 us); one sleep far past the maximum divides it by 4. A
+ * late event only lengthens the sleep, which still grows it (up to 2x max). */
+static void test_poll_grow_shrink(void **state)
+{
+	struct loop_opts o = {.poll_max_ns = 10000000, .poll_grow = 8, .poll_shrink = 4};
+	struct ptest pt = {.p.poll = poll_cb};
+	struct loop_stats st;
+	struct loop *loop;
+	uint64_t grown;
+
+	(void)state;
+	assert_int_equal(loop_new(&o, &loop), 0);
+	loop_poll_add(loop, &pt.p);
+	sleep_events(loop, 3, 200000); /* 200 us: each sleep outlasts the poll time */
+	loop_get_stats(loop, &st);
+	grown = st.poll_ns;
+	if (grown < 256000)
+		fail_msg("poll_ns %llu", (unsigned long long)grown);
+	/* One sleep of 30 ms (> 2 x max; two such sleeps do not fit in one event)
+	 * divides it by 4; a wake-up from elsewhere mid-sleep (the kernel's
+	 * task work for a torn-down ring) may disturb one attempt, not five. */
+	for (int i = 0; i < 5 && grown; i++) {
+		sleep_events(loop, 1, 30000000);
+		loop_get_stats(loop, &st);
+		if (st.poll_ns == grown / 4)
+			break;
+		grown = st.poll_ns;
+	}
+	assert_int_equal(st.poll_ns, grown / 4);
+	loop_poll_del(loop, &pt.p);
+	loop_free(loop);
+}
+
+/* aio-max-batch of the loop: kept for the I/O engines to read. */
+static void test_aio_max_batch(void **state)
+{
+	struct loop_opts o = {.poll_max_ns = -1, .aio_max_batch = 3};
+	struct loop *loop;
+
+	(void)state;
+	assert_int_equal(loop_new(&o, &loop), 0);
+	assert_int_equal(loop_aio_max_batch(loop), 3);
+	loop_set_aio_max_batch(loop, 0);
+	assert_int_equal(loop_aio_max_batch(loop), 0);
 	loop_free(loop);
 }
 
@@ -670,6 +731,8 @@ int main(void)
 		cmocka_unit_test(test_flush_once_per_round),
 		cmocka_unit_test(test_poll_off_never_polls),
 		cmocka_unit_test(test_poll_adapts),
+		cmocka_unit_test(test_poll_grow_shrink),
+		cmocka_unit_test(test_aio_max_batch),
 		cmocka_unit_test(test_poll_idle_handler),
 		cmocka_unit_test(test_poll_handler_wakes),
 		cmocka_unit_test(test_default_opts_poll),
