@@ -27,6 +27,7 @@
 #include "export/vhost-user-blk.h"
 #include "loop/loop.h"
 #include "util/log.h"
+#include "util/tls.h"
 
 enum { QEXP_NBD, QEXP_VUB };
 static const char *const type_names[] = {"nbd", "vhost-user-blk"};
@@ -524,6 +525,42 @@ static int nbd_listen(struct nbd_server *s, const json_t *addr, bool cmdline, ch
 	return ret;
 }
 
+/* tls-creds must name server credentials now; they and tls-authz are looked
+ * up again by each connection. */
+static int check_tls(const json_t *args, char *err, size_t errlen)
+{
+	const char *id = qapi_get_str(args, "tls-creds");
+	struct tls_creds *c;
+	struct tls_authz *a;
+	bool server;
+
+	if (!id) {
+		if (!qapi_has(args, "tls-authz"))
+			return 0;
+		snprintf(err, errlen, "tls-authz is not supported without tls-creds");
+		return -EINVAL;
+	}
+	c = tls_creds_get(id);
+	if (!c) {
+		snprintf(err, errlen, "No TLS credentials with id '%s'", id);
+		return -ENOENT;
+	}
+	server = tls_creds_is_server(c);
+	tls_creds_put(c);
+	if (!server) {
+		snprintf(err, errlen, "Expecting TLS credentials with a server endpoint");
+		return -EINVAL;
+	}
+	id = qapi_get_str(args, "tls-authz");
+	if (id && !(a = tls_authz_get(id))) {
+		snprintf(err, errlen, "Cannot find QAuthZ object '%s'", id);
+		return -ENOENT;
+	}
+	if (id)
+		tls_authz_put(a);
+	return 0;
+}
+
 /* addr is SocketAddress (flat: --nbd-server) */
 static int server_start(const json_t *args, const json_t *addr, bool cmdline, char *err,
 			size_t errlen)
@@ -538,11 +575,11 @@ static int server_start(const json_t *args, const json_t *addr, bool cmdline, ch
 		snprintf(err, errlen, "NBD server already running");
 		return -EEXIST;
 	}
-	if (qapi_has(args, "tls-creds")) {
-		snprintf(err, errlen, "No TLS credentials with id '%s'",
-			 qapi_get_str(args, "tls-creds"));
-		return -ENOENT;
-	}
+	ret = check_tls(args, err, errlen);
+	if (ret < 0)
+		return ret;
+	cfg.tls_creds = qapi_get_str(args, "tls-creds");
+	cfg.tls_authz = qapi_get_str(args, "tls-authz");
 	cfg.max_connections =
 		(unsigned)qapi_get_uint(args, "max-connections", env.nbd_max_connections);
 	ret = nbd_server_new(&cfg, &qmp_srv);

@@ -33,6 +33,11 @@ struct nbd_server_config {
 	/* Bound on request buffer bytes in flight, shared with other servers
 	 * (NULL: none beyond the per-connection one). */
 	struct nbd_budget *budget;
+	/* TLS (nbd-tls.c): the ids of a tls-creds object with a server endpoint
+	 * and of an authz object (NULL: none), looked up at each STARTTLS, so
+	 * objects replaced under the same id serve new connections. With
+	 * tls_creds set, clients must negotiate TLS before anything else. */
+	const char *tls_creds, *tls_authz;
 };
 
 /* A daemon-wide bound of `limit` bytes on request buffers (READ data, WRITE

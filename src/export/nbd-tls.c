@@ -1,0 +1,215 @@
+/* NBD over TLS: the session a STARTTLS sets up, its handshake driven by the
+ * connection's fd handler without blocking the loop, the check of the
+ * client's certificate or PSK identity against the server's authz object,
+ * and then the record layer for every byte of the connection.
+ *
+ * The record layer is GnuTLS's, on the connection's loop: gnutls_record_recv
+ * into the same input buffer (and pending write's buffer) a plain recv
+ * fills, so parsing is unchanged; replies are copied from the output queue
+ * into tls_obuf and sent as records of up to 16 KiB. The io_uring receive
+ * (nbd-ring.c) stays off for these connections: it would hand us ciphertext.
+ * When GnuTLS moves the keys into the kernel (kTLS, logged per connection),
+ * the same calls go through the kernel's record layer.
+ *
+ * Threading: runs on the connection's loop. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "export/nbd-int.h"
+#include "util/log.h"
+#include "util/tls.h"
+
+#define NBD_TLS_OBUF (256u << 10) /* plaintext staged for GnuTLS */
+#define NBD_TLS_READS 64          /* records read per readiness event, at most */
+
+int nbd_tls_start(struct nbd_conn *c)
+{
+	char err[256];
+	int ret;
+
+	c->tls_creds = tls_creds_get(c->srv->tls_creds);
+	if (!c->tls_creds) {
+		log_warn("nbd: TLS client %s: no TLS credentials with id '%s'", c->peer,
+			 c->srv->tls_creds);
+		return -ENOENT;
+	}
+	c->tls_obuf = malloc(NBD_TLS_OBUF);
+	if (!c->tls_obuf)
+		return -ENOMEM;
+	ret = tls_session_new(c->tls_creds, c->fd, &c->tls, err, sizeof(err));
+	if (ret < 0) {
+		log_warn("nbd: TLS client %s: %s", c->peer, err);
+		return ret;
+	}
+	c->tls_want = EPOLLIN;
+	c->phase = NBD_PHASE_TLS;
+	return 0;
+}
+
+/* The handshake is done: is this client allowed in? */
+static int tls_admit(struct nbd_conn *c)
+{
+	char id[1024], err[1280];
+	struct tls_authz *az = NULL;
+	char *desc;
+	int ret;
+
+	if (c->srv->tls_authz && !(az = tls_authz_get(c->srv->tls_authz))) {
+		log_warn("nbd: TLS client %s refused: Cannot find QAuthZ object '%s'", c->peer,
+			 c->srv->tls_authz);
+		return -EACCES;
+	}
+	ret = tls_session_check(c->tls, c->tls_creds, az, id, sizeof(id), err, sizeof(err));
+	tls_authz_put(az);
+	if (ret < 0) {
+		log_warn("nbd: TLS client %s refused: %s", c->peer, err);
+		return ret;
+	}
+	desc = gnutls_session_get_desc(c->tls);
+	log_info("nbd: TLS client %s%s%s: %s, record layer: %s", c->peer, id[0] ? " " : "", id,
+		 desc ? desc : "?", tls_session_record_layer(c->tls));
+	gnutls_free(desc);
+	return 0;
+}
+
+void nbd_tls_handshake(struct nbd_conn *c)
+{
+	int ret, i;
+
+	if (c->state != NBD_CONN_OPEN || c->phase != NBD_PHASE_TLS || !nbd_conn_out_empty(c))
+		return; /* the STARTTLS reply goes out in plaintext first */
+	for (i = 0; i < 8; i++) {
+		ret = gnutls_handshake(c->tls);
+		if (ret >= 0 || gnutls_error_is_fatal(ret) || ret == GNUTLS_E_AGAIN)
+			break;
+	}
+	if (ret == GNUTLS_E_AGAIN || (ret < 0 && !gnutls_error_is_fatal(ret))) {
+		c->tls_want = gnutls_record_get_direction(c->tls) ? EPOLLOUT : EPOLLIN;
+		nbd_conn_set_events(c);
+		return;
+	}
+	if (ret < 0) {
+		log_warn("nbd: TLS handshake with %s failed: %s", c->peer, gnutls_strerror(ret));
+		nbd_conn_close(c, NULL);
+		return;
+	}
+	if (tls_admit(c) < 0) {
+		nbd_conn_close(c, NULL);
+		return;
+	}
+	c->tls_on = true;
+	c->phase = NBD_PHASE_OPTIONS;
+	nbd_conn_set_events(c);
+	if (nbd_tls_pending(c))
+		nbd_tls_read(c);
+}
+
+bool nbd_tls_pending(const struct nbd_conn *c)
+{
+	return c->tls_on && c->state == NBD_CONN_OPEN && gnutls_record_check_pending(c->tls) > 0;
+}
+
+/* One record (or what fits of it) into the input; false: stop reading. */
+static bool tls_read_one(struct nbd_conn *c)
+{
+	struct iovec iov[2];
+	int cnt = nbd_conn_rx_iov(c, iov);
+	ssize_t n;
+
+	if (!cnt) {
+		nbd_conn_close(c, "input buffer full");
+		return false;
+	}
+	n = gnutls_record_recv(c->tls, iov[0].iov_base, iov[0].iov_len);
+	if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+		return false;
+	if (n == GNUTLS_E_PREMATURE_TERMINATION)
+		n = 0; /* the socket ended without a TLS close: end of input all the same */
+	if (n < 0 && !gnutls_error_is_fatal((int)n))
+		return true; /* a warning alert, a renegotiation request: ignored */
+	if (n < 0) {
+		log_warn("nbd: TLS error from %s: %s", c->peer, gnutls_strerror((int)n));
+		nbd_conn_close(c, "TLS error");
+		return false;
+	}
+	/* Bytes land in iov[0] first, as nbd_conn_received() counts them. */
+	nbd_conn_received(c, iov, cnt, n);
+	return nbd_tls_pending(c);
+}
+
+void nbd_tls_read(struct nbd_conn *c)
+{
+	int i;
+
+	if (c->tls_reading || c->in_parse)
+		return;
+	c->tls_reading = true;
+	nbd_conn_get(c);
+	for (i = 0; i < NBD_TLS_READS; i++) {
+		if (c->state != NBD_CONN_OPEN || c->in_blocked || c->mem_waiting ||
+		    !tls_read_one(c))
+			break;
+	}
+	c->tls_reading = false;
+	nbd_conn_set_events(c);
+	nbd_conn_put(c);
+}
+
+/* Copy what is queued into tls_obuf; false when nothing is. */
+static bool tls_fill(struct nbd_conn *c)
+{
+	static __thread struct iovec iov[NBD_SEND_IOV];
+	size_t total, k = 0, m;
+	int cnt = nbd_conn_gather(c, iov, &total), i;
+
+	for (i = 0; i < cnt && k < NBD_TLS_OBUF; i++) {
+		m = iov[i].iov_len < NBD_TLS_OBUF - k ? iov[i].iov_len : NBD_TLS_OBUF - k;
+		memcpy(c->tls_obuf + k, iov[i].iov_base, m);
+		k += m;
+	}
+	c->tls_ooff = 0;
+	c->tls_olen = k; /* before consuming: output is not empty yet */
+	if (k)
+		nbd_conn_consume(c, k);
+	return k > 0;
+}
+
+void nbd_tls_send(struct nbd_conn *c)
+{
+	ssize_t n;
+
+	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
+		if (!c->tls_again && c->tls_ooff == c->tls_olen && !tls_fill(c))
+			break;
+		/* After EAGAIN GnuTLS holds the record: NULL, 0 sends it on. */
+		n = c->tls_again ? gnutls_record_send(c->tls, NULL, 0)
+				 : gnutls_record_send(c->tls, c->tls_obuf + c->tls_ooff,
+						      c->tls_olen - c->tls_ooff);
+		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
+			c->tls_again = true;
+			c->out_blocked = n == GNUTLS_E_AGAIN;
+			continue;
+		}
+		if (n < 0) {
+			log_warn("nbd: TLS send to %s failed: %s", c->peer, gnutls_strerror((int)n));
+			nbd_conn_close(c, "send failed");
+			return;
+		}
+		c->tls_again = false;
+		c->tls_ooff += (size_t)n;
+	}
+	nbd_conn_set_events(c);
+}
+
+void nbd_tls_end(struct nbd_conn *c)
+{
+	if (c->tls)
+		gnutls_deinit(c->tls);
+	c->tls = NULL;
+	c->tls_on = false;
+	tls_creds_put(c->tls_creds);
+	c->tls_creds = NULL;
+	free(c->tls_obuf);
+	c->tls_obuf = NULL;
+}
