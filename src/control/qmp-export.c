@@ -548,7 +548,7 @@ static int check_tls(const json_t *args, char *err, size_t errlen)
 	server = tls_creds_is_server(c);
 	tls_creds_put(c);
 	if (!server) {
-		snprintf(err, errlen, "Expecting TLS credentials with a server endpoint");
+		snprintf(err, errlen, "Expected TLS credentials for a server endpoint");
 		return -EINVAL;
 	}
 	id = qapi_get_str(args, "tls-authz");
