@@ -41,14 +41,12 @@ static const struct qapi_type iothread_props = QAPI_OBJECT_TYPE(
 	"IothreadProperties",
 	QAPI_MEMBERS(QAPI_OPT("poll-max-ns", &qapi_int), QAPI_OPT("poll-grow", &qapi_int),
 		     QAPI_OPT("poll-shrink", &qapi_int), QAPI_OPT("aio-max-batch", &qapi_int)));
-const struct qapi_type qmp_object_options =
-	QAPI_UNION_TYPE("ObjectOptions",
-			QAPI_MEMBERS(QAPI_REQ("qom-type", &object_type), QAPI_REQ("id", &qapi_str)),
-			"qom-type", {"iothread", &iothread_props},
-			{"tls-creds-x509", &qmp_tls_creds_x509_props},
-			{"tls-creds-psk", &qmp_tls_creds_psk_props},
-			{"authz-simple", &qmp_authz_simple_props},
-			{"authz-list", &qmp_authz_list_props});
+const struct qapi_type qmp_object_options = QAPI_UNION_TYPE(
+	"ObjectOptions",
+	QAPI_MEMBERS(QAPI_REQ("qom-type", &object_type), QAPI_REQ("id", &qapi_str)), "qom-type",
+	{"iothread", &iothread_props}, {"tls-creds-x509", &qmp_tls_creds_x509_props},
+	{"tls-creds-psk", &qmp_tls_creds_psk_props}, {"authz-simple", &qmp_authz_simple_props},
+	{"authz-list", &qmp_authz_list_props});
 static const struct qapi_type object_del_args =
 	QAPI_OBJECT_TYPE("q_obj_object-del-arg", QAPI_MEMBERS(QAPI_REQ("id", &qapi_str)));
 static const struct qapi_type iothread_info = QAPI_OBJECT_TYPE(

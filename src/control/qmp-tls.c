@@ -24,18 +24,18 @@ const struct qapi_type qmp_tls_creds_psk_props = QAPI_OBJECT_TYPE(
 	QAPI_MEMBERS(QAPI_OPT("verify-peer", &qapi_bool), QAPI_OPT("dir", &qapi_str),
 		     QAPI_OPT("endpoint", &endpoint_type), QAPI_OPT("priority", &qapi_str),
 		     QAPI_OPT("username", &qapi_str)));
-const struct qapi_type qmp_authz_simple_props = QAPI_OBJECT_TYPE(
-	"AuthZSimpleProperties", QAPI_MEMBERS(QAPI_REQ("identity", &qapi_str)));
+const struct qapi_type qmp_authz_simple_props =
+	QAPI_OBJECT_TYPE("AuthZSimpleProperties", QAPI_MEMBERS(QAPI_REQ("identity", &qapi_str)));
 static const struct qapi_type policy_type = QAPI_ENUM_TYPE("QAuthZListPolicy", "deny", "allow");
 static const struct qapi_type format_type = QAPI_ENUM_TYPE("QAuthZListFormat", "exact", "glob");
-static const struct qapi_type rule_type = QAPI_OBJECT_TYPE(
-	"QAuthZListRule",
-	QAPI_MEMBERS(QAPI_REQ("match", &qapi_str), QAPI_REQ("policy", &policy_type),
-		     QAPI_OPT("format", &format_type)));
+static const struct qapi_type rule_type =
+	QAPI_OBJECT_TYPE("QAuthZListRule", QAPI_MEMBERS(QAPI_REQ("match", &qapi_str),
+							QAPI_REQ("policy", &policy_type),
+							QAPI_OPT("format", &format_type)));
 static const struct qapi_type rule_list = QAPI_LIST_TYPE(&rule_type);
-const struct qapi_type qmp_authz_list_props = QAPI_OBJECT_TYPE(
-	"AuthZListProperties",
-	QAPI_MEMBERS(QAPI_OPT("policy", &policy_type), QAPI_OPT("rules", &rule_list)));
+const struct qapi_type qmp_authz_list_props =
+	QAPI_OBJECT_TYPE("AuthZListProperties", QAPI_MEMBERS(QAPI_OPT("policy", &policy_type),
+							     QAPI_OPT("rules", &rule_list)));
 
 bool qmp_tls_handles(const char *t)
 {
@@ -80,8 +80,7 @@ static int authz_list_add(const json_t *args, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	json_array_foreach(rules, i, r)
-	{
+	json_array_foreach (rules, i, r) {
 		v[i].match = qapi_get_str(r, "match");
 		v[i].allow = qapi_get_enum(r, "policy", &policy_type, 0) == 1;
 		v[i].glob = qapi_get_enum(r, "format", &format_type, 0) == 1;

@@ -199,7 +199,8 @@ void nbd_conn_close(struct nbd_conn *c, const char *why)
 		loop_timer_cancel(c->loop, &c->timer);
 	c->hoff = c->hlen = 0;
 	c->tls_ooff = c->tls_olen = 0;
-	c->tls_again = false;
+	c->tls_again = c->tls_direct = false;
+	c->tls_ipos = c->tls_iend = c->tls_coff = c->tls_clen = 0;
 	conn_mem_cancel(c);
 	conn_drop_cur(c);
 	while ((r = c->outq)) {
@@ -237,7 +238,8 @@ void nbd_conn_drain(struct nbd_conn *c)
 
 bool nbd_conn_out_empty(const struct nbd_conn *c)
 {
-	return c->hoff == c->hlen && !c->outq && c->tls_ooff == c->tls_olen && !c->tls_again;
+	return c->hoff == c->hlen && !c->outq && c->tls_ooff == c->tls_olen && !c->tls_again &&
+	       c->tls_coff == c->tls_clen;
 }
 
 int nbd_conn_hbuf_append(struct nbd_conn *c, const void *p, size_t len)

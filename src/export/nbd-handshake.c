@@ -345,7 +345,8 @@ static int opt_starttls(struct nbd_conn *c, uint32_t len)
 	if (!c->srv->tls_creds)
 		return opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP, "TLS is not supported");
 	if (c->tls_on) /* "MUST respond with NBD_REP_ERR_INVALID" */
-		return opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID, "TLS already negotiated");
+		return opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID,
+				 "TLS already negotiated");
 	if (len)
 		return opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID,
 				 "NBD_OPT_STARTTLS takes no data");

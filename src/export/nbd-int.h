@@ -276,13 +276,21 @@ struct nbd_conn {
 	/* TLS (nbd-tls.c). tls: the session from STARTTLS on; tls_on once its
 	 * handshake succeeded: every byte then goes through it (never the
 	 * ring). Output is copied into tls_obuf, bytes [tls_ooff, tls_olen) not
-	 * yet taken by GnuTLS; tls_again: a record send must be called again. */
+	 * yet taken by GnuTLS (large pieces go from the queue itself); tls_again:
+	 * a record send must be called again. */
 	gnutls_session_t tls;
 	struct tls_creds *tls_creds;
 	bool tls_on, tls_again, tls_reading;
+	bool tls_direct;   /* the record in GnuTLS is queue bytes, not tls_obuf's */
 	uint32_t tls_want; /* handshake: EPOLLIN or EPOLLOUT */
 	uint8_t *tls_obuf;
 	size_t tls_ooff, tls_olen;
+	/* After the handshake GnuTLS reads and writes through these: received
+	 * ciphertext [tls_ipos, tls_iend) of tls_ibuf, and records made
+	 * [tls_coff, tls_clen) of tls_cbuf not yet sent, so that one recv and
+	 * one send carry many records. */
+	uint8_t *tls_ibuf, *tls_cbuf;
+	size_t tls_ipos, tls_iend, tls_coff, tls_clen;
 	char peer[64]; /* the client's address, for the log */
 
 	/* Transmission. */

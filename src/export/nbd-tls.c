@@ -6,7 +6,11 @@
  * The record layer is GnuTLS's, on the connection's loop: gnutls_record_recv
  * into the same input buffer (and pending write's buffer) a plain recv
  * fills, so parsing is unchanged; replies are copied from the output queue
- * into tls_obuf and sent as records of up to 16 KiB. The io_uring receive
+ * into tls_obuf (large READ data is not) and made into records of up to
+ * 16 KiB. After the handshake GnuTLS's transport is ours: it pulls
+ * ciphertext from tls_ibuf, which one recv fills, and pushes records into
+ * tls_cbuf, which one send empties, so a round of requests and replies costs
+ * a recv and a send as without TLS, not two calls per record. The io_uring receive
  * (nbd-ring.c) stays off for these connections: it would hand us ciphertext.
  * When GnuTLS moves the keys into the kernel (kTLS, logged per connection),
  * the same calls go through the kernel's record layer.
@@ -15,13 +19,17 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "export/nbd-int.h"
 #include "util/log.h"
 #include "util/tls.h"
 
-#define NBD_TLS_OBUF (256u << 10) /* plaintext staged for GnuTLS */
-#define NBD_TLS_READS 64          /* records read per readiness event, at most */
+#define NBD_TLS_OBUF (256u << 10)  /* plaintext staged for GnuTLS */
+#define NBD_TLS_READS 64           /* records read per readiness event, at most */
+#define NBD_TLS_DIRECT (16u << 10) /* output pieces this large are sent without a copy */
+#define NBD_TLS_IBUF (256u << 10)  /* ciphertext read at once */
+#define NBD_TLS_CBUF (512u << 10)  /* records made, sent at once */
 
 int nbd_tls_start(struct nbd_conn *c)
 {
@@ -44,6 +52,53 @@ int nbd_tls_start(struct nbd_conn *c)
 	}
 	c->tls_want = EPOLLIN;
 	c->phase = NBD_PHASE_TLS;
+	return 0;
+}
+
+/* GnuTLS's transport after the handshake (tls_ibuf, tls_cbuf). */
+static ssize_t tls_pull(gnutls_transport_ptr_t p, void *data, size_t len)
+{
+	struct nbd_conn *c = p;
+	ssize_t n;
+
+	if (c->tls_ipos == c->tls_iend) {
+		n = recv(c->fd, c->tls_ibuf, NBD_TLS_IBUF, MSG_DONTWAIT);
+		if (n <= 0) {
+			gnutls_transport_set_errno(c->tls, n < 0 ? errno : 0);
+			return n;
+		}
+		c->tls_ipos = 0;
+		c->tls_iend = (size_t)n;
+	}
+	if (len > c->tls_iend - c->tls_ipos)
+		len = c->tls_iend - c->tls_ipos;
+	memcpy(data, c->tls_ibuf + c->tls_ipos, len);
+	c->tls_ipos += len;
+	return (ssize_t)len;
+}
+
+static ssize_t tls_push(gnutls_transport_ptr_t p, const void *data, size_t len)
+{
+	struct nbd_conn *c = p;
+
+	if (len > NBD_TLS_CBUF - c->tls_clen) {
+		gnutls_transport_set_errno(c->tls, EAGAIN); /* send what is there first */
+		return -1;
+	}
+	memcpy(c->tls_cbuf + c->tls_clen, data, len);
+	c->tls_clen += len;
+	return (ssize_t)len;
+}
+
+static int tls_own_transport(struct nbd_conn *c)
+{
+	c->tls_ibuf = malloc(NBD_TLS_IBUF);
+	c->tls_cbuf = malloc(NBD_TLS_CBUF);
+	if (!c->tls_ibuf || !c->tls_cbuf)
+		return -ENOMEM;
+	gnutls_transport_set_ptr(c->tls, c);
+	gnutls_transport_set_pull_function(c->tls, tls_pull);
+	gnutls_transport_set_push_function(c->tls, tls_push);
 	return 0;
 }
 
@@ -94,7 +149,7 @@ void nbd_tls_handshake(struct nbd_conn *c)
 		nbd_conn_close(c, NULL);
 		return;
 	}
-	if (tls_admit(c) < 0) {
+	if (tls_admit(c) < 0 || tls_own_transport(c) < 0) {
 		nbd_conn_close(c, NULL);
 		return;
 	}
@@ -107,7 +162,8 @@ void nbd_tls_handshake(struct nbd_conn *c)
 
 bool nbd_tls_pending(const struct nbd_conn *c)
 {
-	return c->tls_on && c->state == NBD_CONN_OPEN && gnutls_record_check_pending(c->tls) > 0;
+	return c->tls_on && c->state == NBD_CONN_OPEN &&
+	       (c->tls_ipos < c->tls_iend || gnutls_record_check_pending(c->tls) > 0);
 }
 
 /* One record (or what fits of it) into the input; false: stop reading. */
@@ -156,14 +212,21 @@ void nbd_tls_read(struct nbd_conn *c)
 	nbd_conn_put(c);
 }
 
-/* Copy what is queued into tls_obuf; false when nothing is. */
-static bool tls_fill(struct nbd_conn *c)
+/* Copy what is queued into tls_obuf, up to the next large piece (READ data
+ * of 16 KiB or more), which goes out from where it is: *direct gets it
+ * when it comes first. false when nothing is queued. */
+static bool tls_fill(struct nbd_conn *c, struct iovec *direct)
 {
 	static __thread struct iovec iov[NBD_SEND_IOV];
 	size_t total, k = 0, m;
 	int cnt = nbd_conn_gather(c, iov, &total), i;
 
-	for (i = 0; i < cnt && k < NBD_TLS_OBUF; i++) {
+	direct->iov_len = 0;
+	if (cnt && iov[0].iov_len >= NBD_TLS_DIRECT) {
+		*direct = iov[0];
+		return true;
+	}
+	for (i = 0; i < cnt && k < NBD_TLS_OBUF && iov[i].iov_len < NBD_TLS_DIRECT; i++) {
 		m = iov[i].iov_len < NBD_TLS_OBUF - k ? iov[i].iov_len : NBD_TLS_OBUF - k;
 		memcpy(c->tls_obuf + k, iov[i].iov_base, m);
 		k += m;
@@ -175,31 +238,94 @@ static bool tls_fill(struct nbd_conn *c)
 	return k > 0;
 }
 
-void nbd_tls_send(struct nbd_conn *c)
+/* A record of n bytes went out: from tls_obuf, or straight from the queue. */
+static void tls_sent(struct nbd_conn *c, size_t n)
+{
+	c->tls_again = false;
+	if (c->tls_direct) {
+		c->tls_direct = false;
+		nbd_conn_consume(c, n);
+	} else {
+		c->tls_ooff += n;
+	}
+}
+
+/* Send the records made; false when the connection closed. A short send
+ * leaves the rest for EPOLLOUT. */
+static bool tls_flush(struct nbd_conn *c)
 {
 	ssize_t n;
 
-	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
-		if (!c->tls_again && c->tls_ooff == c->tls_olen && !tls_fill(c))
-			break;
-		/* After EAGAIN GnuTLS holds the record: NULL, 0 sends it on. */
-		n = c->tls_again ? gnutls_record_send(c->tls, NULL, 0)
-				 : gnutls_record_send(c->tls, c->tls_obuf + c->tls_ooff,
-						      c->tls_olen - c->tls_ooff);
-		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
-			c->tls_again = true;
-			c->out_blocked = n == GNUTLS_E_AGAIN;
+	while (c->tls_coff < c->tls_clen) {
+		n = send(c->fd, c->tls_cbuf + c->tls_coff, c->tls_clen - c->tls_coff,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
 			continue;
+		if (n < 0 && errno != EAGAIN) {
+			nbd_conn_close(c, errno == EPIPE || errno == ECONNRESET ? "client went away"
+										: "send failed");
+			return false;
 		}
 		if (n < 0) {
-			log_warn("nbd: TLS send to %s failed: %s", c->peer, gnutls_strerror((int)n));
-			nbd_conn_close(c, "send failed");
-			return;
+			c->out_blocked = true;
+			return true;
 		}
-		c->tls_again = false;
-		c->tls_ooff += (size_t)n;
+		c->tls_coff += (size_t)n;
 	}
-	nbd_conn_set_events(c);
+	c->tls_coff = c->tls_clen = 0;
+	return true;
+}
+
+/* Make records of what is queued into tls_cbuf, until half of it is used
+ * (or it is full: tls_again). Pieces sent straight from the queue stay
+ * queued until GnuTLS took them (tls_direct): it encrypts a record into
+ * its own buffer, so the call again with NULL, 0 needs none of our bytes.
+ * false: nothing was made, or the connection closed. */
+static bool tls_make_records(struct nbd_conn *c)
+{
+	struct iovec d = {NULL, 0};
+	bool made = false;
+	ssize_t n;
+
+	while (c->state != NBD_CONN_CLOSED && c->tls_clen < NBD_TLS_CBUF / 2) {
+		if (!c->tls_again && c->tls_ooff == c->tls_olen && !tls_fill(c, &d))
+			break;
+		if (c->tls_again)
+			n = gnutls_record_send(c->tls, NULL, 0);
+		else if (d.iov_len)
+			n = gnutls_record_send(c->tls, d.iov_base, d.iov_len);
+		else
+			n = gnutls_record_send(c->tls, c->tls_obuf + c->tls_ooff,
+					       c->tls_olen - c->tls_ooff);
+		c->tls_direct = c->tls_direct || d.iov_len;
+		d.iov_len = 0;
+		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
+			c->tls_again = true;
+			return true; /* tls_cbuf is full: send it */
+		}
+		if (n < 0) {
+			log_warn("nbd: TLS send to %s failed: %s", c->peer,
+				 gnutls_strerror((int)n));
+			nbd_conn_close(c, "send failed");
+			return false;
+		}
+		tls_sent(c, (size_t)n);
+		made = true;
+	}
+	return made;
+}
+
+void nbd_tls_send(struct nbd_conn *c)
+{
+	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
+		if (!tls_flush(c))
+			return;
+		if (c->out_blocked || !tls_make_records(c))
+			break;
+	}
+	/* Every record made has been through tls_flush(): sent, or waiting. */
+	if (c->state != NBD_CONN_CLOSED)
+		nbd_conn_set_events(c);
 }
 
 void nbd_tls_end(struct nbd_conn *c)
@@ -211,5 +337,7 @@ void nbd_tls_end(struct nbd_conn *c)
 	tls_creds_put(c->tls_creds);
 	c->tls_creds = NULL;
 	free(c->tls_obuf);
-	c->tls_obuf = NULL;
+	free(c->tls_ibuf);
+	free(c->tls_cbuf);
+	c->tls_obuf = c->tls_ibuf = c->tls_cbuf = NULL;
 }

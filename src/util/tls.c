@@ -266,14 +266,14 @@ static int load_x509(struct tls_creds *c, const struct tls_creds_config *cfg, ch
 	int ret, have_crl, have_dh;
 
 	if ((ret = cred_path(cfg->dir, "ca-cert.pem", true, ca, sizeof(ca), err, errlen)) < 0 ||
-	    (have_crl = ret = cred_path(cfg->dir, "ca-crl.pem", false, crl, sizeof(crl), err,
-					errlen)) < 0 ||
-	    (ret = cred_path(cfg->dir, "server-cert.pem", true, cert, sizeof(cert), err,
-			     errlen)) < 0 ||
+	    (have_crl = ret =
+		     cred_path(cfg->dir, "ca-crl.pem", false, crl, sizeof(crl), err, errlen)) < 0 ||
+	    (ret = cred_path(cfg->dir, "server-cert.pem", true, cert, sizeof(cert), err, errlen)) <
+		    0 ||
 	    (ret = cred_path(cfg->dir, "server-key.pem", true, key, sizeof(key), err, errlen)) <
 		    0 ||
-	    (have_dh = ret = cred_path(cfg->dir, "dh-params.pem", false, dh, sizeof(dh), err,
-				       errlen)) < 0)
+	    (have_dh = ret =
+		     cred_path(cfg->dir, "dh-params.pem", false, dh, sizeof(dh), err, errlen)) < 0)
 		return ret;
 	if (cfg->sanity_check && (ret = check_cert_dates(cert, err, errlen)) < 0)
 		return ret;
@@ -326,8 +326,9 @@ int tls_creds_add(const struct tls_creds_config *cfg, char *err, size_t errlen)
 	if (cfg->priority && !(c->priority = strdup(cfg->priority)))
 		goto fail;
 	/* A client endpoint has no use in a server: kept, never loaded. */
-	ret = !cfg->server ? 0 : cfg->psk ? load_psk(c, cfg, err, errlen)
-					  : load_x509(c, cfg, err, errlen);
+	ret = !cfg->server ? 0
+	      : cfg->psk   ? load_psk(c, cfg, err, errlen)
+			   : load_x509(c, cfg, err, errlen);
 	if (ret < 0)
 		goto fail_msg;
 	ret = obj_register(&creds_list, &c->o, cfg->id, err, errlen);
