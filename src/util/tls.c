@@ -106,28 +106,27 @@ void tls_authz_put(struct tls_authz *a)
 		authz_free(a);
 }
 
-struct tls_creds *tls_creds_get(const char *id)
+/* A reference to the object with that id on *list, or NULL. */
+static struct tls_obj *obj_get(struct tls_obj *const *list, const char *id)
 {
 	struct tls_obj *o;
 
 	pthread_mutex_lock(&reg_lock);
-	o = find_in(creds_list, id);
+	o = find_in(*list, id);
 	if (o)
 		o->refs++;
 	pthread_mutex_unlock(&reg_lock);
-	return o ? (struct tls_creds *)o : NULL;
+	return o;
+}
+
+struct tls_creds *tls_creds_get(const char *id)
+{
+	return (struct tls_creds *)obj_get(&creds_list, id); /* o is its first member */
 }
 
 struct tls_authz *tls_authz_get(const char *id)
 {
-	struct tls_obj *o;
-
-	pthread_mutex_lock(&reg_lock);
-	o = find_in(authz_list, id);
-	if (o)
-		o->refs++;
-	pthread_mutex_unlock(&reg_lock);
-	return o ? (struct tls_authz *)o : NULL;
+	return (struct tls_authz *)obj_get(&authz_list, id);
 }
 
 /* Unlink id from a list whose objects start with their struct tls_obj. */
