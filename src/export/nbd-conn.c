@@ -409,6 +409,8 @@ static void conn_flush_cb(struct loop_flush *f)
 	conn_send(c);
 	nbd_tls_handshake(c); /* after STARTTLS's ACK went out */
 	nbd_conn_unblock(c);
+	if (!c->in_blocked && nbd_tls_pending(c)) /* nbd_tls_read() stopped at its bound */
+		nbd_tls_read(c);
 	if (c->state == NBD_CONN_DRAIN && c->busy == 0)
 		conn_idle(c);
 	nbd_conn_put(c);

@@ -208,6 +208,10 @@ void nbd_tls_read(struct nbd_conn *c)
 			break;
 	}
 	c->tls_reading = false;
+	/* Bytes already read from the socket: no event will come for them, so
+	 * the flush hook reads on (after this round's replies go out). */
+	if (i == NBD_TLS_READS && nbd_tls_pending(c))
+		nbd_conn_kick(c);
 	nbd_conn_set_events(c);
 	nbd_conn_put(c);
 }

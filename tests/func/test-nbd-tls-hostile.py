@@ -182,6 +182,19 @@ def run(port, pki, srv):
     assert c.go_read() == b"\xa5" * 4096
     c.s.close()
 
+    # Many records in one burst (more than one readiness event reads): every one
+    # is answered, though no more bytes arrive to wake the server.
+    c = Conn(port)
+    c.starttls(pki)
+    c.go_read()
+    for i in range(200):
+        c.s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, 0, 100 + i, 512 * i, 512))
+    for i in range(200):
+        magic, err, cookie = struct.unpack(">IIQ", c.rd(16))
+        assert (magic, err) == (0x67446698, 0) and cookie == 100 + i, (hex(magic), err, cookie)
+        assert c.rd(512) == b"\xa5" * 512
+    c.s.close()
+
     # Bytes after STARTTLS, before its reply: closed.
     c = Conn(port)
     c.s.sendall(struct.pack(">QII", IHAVEOPT, OPT_STARTTLS, 0) + b"\x16\x03\x01junk")
