@@ -368,6 +368,10 @@ static int tls_required(struct nbd_conn *c, uint32_t opt)
 		log_warn("nbd: client %s asked for an export before TLS", c->peer);
 		return -EACCES;
 	}
+	if (!c->tls_refused) /* once per connection: a client cannot flood the log */
+		log_info("nbd: client %s sent option %u without TLS: TLS is required", c->peer,
+			 opt);
+	c->tls_refused = true;
 	return opt_error(c, opt, NBD_REP_ERR_TLS_REQD, "TLS is required");
 }
 

@@ -282,6 +282,7 @@ struct nbd_conn {
 	struct tls_creds *tls_creds;
 	bool tls_on, tls_again, tls_reading;
 	bool tls_direct;   /* the record in GnuTLS is queue bytes, not tls_obuf's */
+	bool tls_refused;  /* an option got NBD_REP_ERR_TLS_REQD (logged once) */
 	uint32_t tls_want; /* handshake: EPOLLIN or EPOLLOUT */
 	uint8_t *tls_obuf;
 	size_t tls_ooff, tls_olen;

@@ -137,7 +137,8 @@ def main():
         text = log.read()
         shutil.rmtree(tmp)
     assert rc == 0, f"server exit status {rc}"
-    for want in ("TLS handshake with 127.0.0.1:", "TLS error from 127.0.0.1:",
+    for want in ("TLS handshake with 127.0.0.1:", "without TLS: TLS is required",
+                 "TLS error from 127.0.0.1:",
                  "closing connection from 127.0.0.1:", "handshake timed out"):
         assert want in text, f"not logged: {want}"
     print("ok")
