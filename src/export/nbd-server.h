@@ -117,5 +117,8 @@ void nbd_server_free(struct nbd_server *s);
  * (exports "null", read-only, and "rw", writable). Never crashes, leaks or
  * hangs on any input; returns 0. */
 int nbd_fuzz_one(const uint8_t *data, size_t len);
+/* The same against a server in TLS-only mode (FORCEDTLS) whose credentials
+ * are missing: the option rules before TLS and a STARTTLS refused. */
+int nbd_fuzz_tls_one(const uint8_t *data, size_t len);
 
 #endif
