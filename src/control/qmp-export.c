@@ -718,6 +718,33 @@ void qmp_exports_free(void)
 	qmp_srv = NULL;
 }
 
+/* ioplane's: the nbd-server-start server's connections, and which record
+ * layer its TLS connections use (qsd has no such query). */
+static void query_nbd_server(struct qmp_req *req, json_t *args)
+{
+	const char *creds, *authz;
+	unsigned g, k;
+	json_t *r;
+
+	(void)args;
+	if (!qmp_srv) {
+		qmp_error(req, QMP_ERR_GENERIC, "NBD server not running");
+		return;
+	}
+	nbd_server_tls_counts(qmp_srv, &g, &k);
+	nbd_server_tls_ids(qmp_srv, &creds, &authz);
+	r = json_pack("{s:i,s:{s:i,s:i}}", "connections", (int)nbd_server_connections(qmp_srv),
+		      "tls-record-layer", "gnutls", (int)g, "kernel", (int)k);
+	if (r && creds)
+		json_object_set_new(r, "tls-creds", json_string(creds));
+	if (r && authz)
+		json_object_set_new(r, "tls-authz", json_string(authz));
+	if (!r)
+		qmp_error(req, QMP_ERR_GENERIC, "out of memory");
+	else
+		qmp_return(req, r);
+}
+
 static const struct qmp_command export_cmds[] = {
 	{.name = "nbd-server-start",
 	 .args = &qexp_nbd_server_start_args,
@@ -726,6 +753,7 @@ static const struct qmp_command export_cmds[] = {
 	{.name = "block-export-add", .args = &qmp_block_export_options, .fn = block_export_add},
 	{.name = "block-export-del", .args = &qexp_del_args, .fn = block_export_del},
 	{.name = "query-block-exports", .ret = &qexp_info_list, .fn = query_block_exports},
+	{.name = "x-query-nbd-server", .ret = &qexp_nbd_server_info, .fn = query_nbd_server},
 };
 
 static const struct qmp_event_info deleted_event = {.name = "BLOCK_EXPORT_DELETED",

@@ -615,6 +615,7 @@ int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop,
 	c->loop = loop;
 	c->fd = fd;
 	c->refs = 1;
+	c->tls_layer = -1;
 	c->outq_tail = &c->outq;
 	c->fdh = (struct loop_fd){.fd = fd, .cb = conn_fd_cb};
 	c->flush.cb = conn_flush_cb;

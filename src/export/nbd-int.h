@@ -114,6 +114,7 @@ struct nbd_server {
 	struct nbd_slot slots[LOOP_MAX_THREADS];
 
 	atomic_uint nconns;
+	atomic_uint tls_conns[2]; /* TLS connections by record layer: GnuTLS, kernel */
 	atomic_uint pending_msgs; /* drain/abort messages not yet run by their loop */
 	atomic_bool draining;
 	atomic_bool drained_sent;
@@ -283,6 +284,7 @@ struct nbd_conn {
 	bool tls_on, tls_again, tls_reading;
 	bool tls_direct;   /* the record in GnuTLS is queue bytes, not tls_obuf's */
 	bool tls_refused;  /* an option got NBD_REP_ERR_TLS_REQD (logged once) */
+	int tls_layer;     /* -1, or the srv->tls_conns counter it holds */
 	uint32_t tls_want; /* handshake: EPOLLIN or EPOLLOUT */
 	uint8_t *tls_obuf;
 	size_t tls_ooff, tls_olen;

@@ -336,6 +336,18 @@ unsigned nbd_server_connections(const struct nbd_server *s)
 	return atomic_load(&s->nconns);
 }
 
+void nbd_server_tls_counts(const struct nbd_server *s, unsigned *gnutls, unsigned *kernel)
+{
+	*gnutls = atomic_load(&s->tls_conns[0]);
+	*kernel = atomic_load(&s->tls_conns[1]);
+}
+
+void nbd_server_tls_ids(const struct nbd_server *s, const char **creds, const char **authz)
+{
+	*creds = s->tls_creds;
+	*authz = s->tls_authz;
+}
+
 /* ---- listening ---------------------------------------------------------- */
 
 static int add_listener(struct nbd_server *s, int fd, struct unix_listener *unix_l)

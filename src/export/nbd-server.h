@@ -108,6 +108,11 @@ void nbd_server_drain(struct nbd_server *s, void (*done)(void *opaque), void *op
  * replies are discarded). Use after a drain took too long. */
 void nbd_server_abort(struct nbd_server *s);
 unsigned nbd_server_connections(const struct nbd_server *s);
+/* TLS connections open now whose record layer is GnuTLS's, and the kernel's
+ * (kTLS). Any thread. */
+void nbd_server_tls_counts(const struct nbd_server *s, unsigned *gnutls, unsigned *kernel);
+/* Its tls-creds and tls-authz ids (NULL: none). */
+void nbd_server_tls_ids(const struct nbd_server *s, const char **creds, const char **authz);
 /* Main thread, no connection left and no message of ours pending in a loop:
  * after the drain callback ran, or once the loops are gone. */
 void nbd_server_free(struct nbd_server *s);

@@ -17,6 +17,7 @@
  *
  * Threading: runs on the connection's loop. */
 #include <errno.h>
+#include <gnutls/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -121,6 +122,9 @@ static int tls_admit(struct nbd_conn *c)
 		log_warn("nbd: TLS client %s refused: %s", c->peer, err);
 		return ret;
 	}
+	/* Both directions in the kernel, or it is GnuTLS's loop doing the work. */
+	c->tls_layer = gnutls_transport_is_ktls_enabled(c->tls) == GNUTLS_KTLS_DUPLEX;
+	atomic_fetch_add(&c->srv->tls_conns[c->tls_layer], 1);
 	desc = gnutls_session_get_desc(c->tls);
 	log_info("nbd: TLS client %s%s%s: %s, record layer: %s", c->peer, id[0] ? " " : "", id,
 		 desc ? desc : "?", tls_session_record_layer(c->tls));
@@ -334,6 +338,9 @@ void nbd_tls_send(struct nbd_conn *c)
 
 void nbd_tls_end(struct nbd_conn *c)
 {
+	if (c->tls_layer >= 0)
+		atomic_fetch_sub(&c->srv->tls_conns[c->tls_layer], 1);
+	c->tls_layer = -1;
 	if (c->tls)
 		gnutls_deinit(c->tls);
 	c->tls = NULL;

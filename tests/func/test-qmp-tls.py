@@ -6,7 +6,8 @@ with unknown credentials, with a client endpoint, then with tls-creds and tls-au
 every reply has the same class and text; nbdinfo then gets in with the authorised
 certificate and not with another name.
 
-ioplane only: certificates reload without a restart. object-del of the credentials the
+ioplane only: x-query-nbd-server counts the TLS connections by record layer (GnuTLS's
+or the kernel's). Certificates reload without a restart. object-del of the credentials the
 server uses and object-add of new ones under the same id serve the next connections
 (here the new credentials trust another CA: its client gets in, the old CA's does not),
 while a connection made before goes on. qsd keeps the deleted object.
@@ -15,6 +16,8 @@ Exit 0 pass, 77 skip, 1 fail."""
 import os
 import shutil
 import socket
+import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -73,6 +76,37 @@ def steps(d, tmp, pki, port):
     return c, out
 
 
+def tls_client(port, pki, cli):
+    """A connection through STARTTLS and the TLS handshake, left open."""
+    s = socket.create_connection(('127.0.0.1', port), timeout=20)
+    s.recv(18, socket.MSG_WAITALL)
+    s.sendall(struct.pack('>I', 3) + struct.pack('>QII', 0x49484156454F5054, 5, 0))
+    if struct.unpack('>QIII', s.recv(20, socket.MSG_WAITALL))[2] != 1:
+        fail('STARTTLS refused')
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations('%s/%s/ca-cert.pem' % (pki, cli))
+    ctx.load_cert_chain('%s/%s/client-cert.pem' % (pki, cli), '%s/%s/client-key.pem' % (pki, cli))
+    t = ctx.wrap_socket(s, server_hostname='localhost')
+    t.sendall(struct.pack('>QII', 0x49484156454F5054, 99, 0))  # a round trip: admitted
+    t.recv(20)
+    return t
+
+
+def query_steps(c, pki, port):
+    """ioplane's x-query-nbd-server: the TLS connection and its record layer."""
+    t = tls_client(port, pki, 'cli')
+    r = c.cmd('x-query-nbd-server')
+    t.close()
+    if 'error' in r:
+        fail('x-query-nbd-server: %s' % r)
+    q = r['return']
+    layers = q['tls-record-layer']
+    if q['connections'] != 1 or layers['gnutls'] + layers['kernel'] != 1:
+        fail('x-query-nbd-server with one TLS client: %s' % q)
+    if q.get('tls-creds') != 'tls0' or q.get('tls-authz') != 'az':
+        fail('x-query-nbd-server ids: %s' % q)
+
+
 def reload_steps(c, pki, port):
     """ioplane: replace tls0 under the same id; new connections use the new one."""
     held = socket.create_connection(('127.0.0.1', port), timeout=20)  # a client already there
@@ -117,6 +151,7 @@ def main():
             port = free_port()
             c, results[kind] = steps(d, tmp, pki, port)
             if kind == 'ioplane':
+                query_steps(c, pki, port)
                 reload_steps(c, pki, port)
             c.close()
             d.cleanup(True)
