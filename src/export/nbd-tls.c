@@ -26,11 +26,11 @@
 #include "util/log.h"
 #include "util/tls.h"
 
-#define NBD_TLS_OBUF (256u << 10)  /* plaintext staged for GnuTLS */
+#define NBD_TLS_OBUF (64u << 10)   /* small plaintext pieces staged for GnuTLS */
 #define NBD_TLS_READS 64           /* records read per readiness event, at most */
 #define NBD_TLS_DIRECT (16u << 10) /* output pieces this large are sent without a copy */
-#define NBD_TLS_IBUF (256u << 10)  /* ciphertext read at once */
-#define NBD_TLS_CBUF (512u << 10)  /* records made, sent at once */
+#define NBD_TLS_IBUF (64u << 10)   /* ciphertext read at once */
+#define NBD_TLS_CBUF (256u << 10)  /* records made, sent at once */
 
 int nbd_tls_start(struct nbd_conn *c)
 {
@@ -44,11 +44,11 @@ int nbd_tls_start(struct nbd_conn *c)
 		return -ENOENT;
 	}
 	c->tls_obuf = malloc(NBD_TLS_OBUF);
-	if (!c->tls_obuf)
-		return -ENOMEM;
-	ret = tls_session_new(c->tls_creds, c->fd, &c->tls, err, sizeof(err));
+	ret = c->tls_obuf ? tls_session_new(c->tls_creds, c->fd, &c->tls, err, sizeof(err))
+			  : -ENOMEM;
 	if (ret < 0) {
-		log_warn("nbd: TLS client %s: %s", c->peer, err);
+		log_warn("nbd: TLS client %s: %s", c->peer, ret == -ENOMEM ? "out of memory" : err);
+		nbd_tls_end(c); /* the client may ask again */
 		return ret;
 	}
 	c->tls_want = EPOLLIN;

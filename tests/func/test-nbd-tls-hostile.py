@@ -98,6 +98,43 @@ def good_client(port, pki):
     c.s.close()
 
 
+def bad_priority(ioplane, pki, img, tmp):
+    """Credentials whose priority string GnuTLS refuses: every STARTTLS is refused
+    (ERR_POLICY) and costs nothing once refused (the ASan build checks for leaks)."""
+    port = free_port()
+    with open(f"{tmp}/bad.log", "w+") as log:
+        srv = subprocess.Popen([ioplane, "serve", "--object",
+                                f"tls-creds-x509,id=t,dir={pki}/srv,endpoint=server,"
+                                "priority=NOT-A-PRIORITY",
+                                "--blockdev", f"driver=file,filename={img},node-name=n0",
+                                "--nbd-server", f"addr.type=inet,addr.host=127.0.0.1,"
+                                f"addr.port={port},tls-creds=t",
+                                "--export", "type=nbd,id=e0,node-name=n0,name=x"],
+                               stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        try:
+            wait_listening(port, srv)
+            c = Conn(port)
+            for _ in range(3):
+                c.opt(OPT_STARTTLS)
+                assert c.reply()[1] == (1 << 31) + 2, "STARTTLS not refused"  # ERR_POLICY
+            c.opt(OPT_ABORT)
+            assert c.reply()[:2] == (OPT_ABORT, REP_ACK)
+        finally:
+            srv.terminate()
+            rc = srv.wait(timeout=30)
+            log.seek(0)
+            text = log.read()
+    assert rc == 0, f"server with a bad priority exited {rc}: {text[-3000:]}"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def main():
     ioplane = os.environ.get("IOPLANE")
     if not ioplane:
@@ -112,10 +149,8 @@ def main():
     img = f"{tmp}/img.raw"
     with open(img, "wb") as f:
         f.write(b"\xa5" * (1 << 20))
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    bad_priority(ioplane, pki, img, tmp)
+    port = free_port()
     log = open(f"{tmp}/serve.log", "w+")
     srv = subprocess.Popen([ioplane, "serve",
                             "--object", f"tls-creds-x509,id=tls0,dir={pki}/srv,endpoint=server",
