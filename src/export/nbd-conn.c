@@ -193,6 +193,7 @@ void nbd_conn_close(struct nbd_conn *c, const char *why)
 	c->state = NBD_CONN_CLOSED;
 	if (c->ring)
 		nbd_ring_close(c);
+	nbd_tls_bye(c);
 	close(c->fd);
 	c->fd = -1;
 	if (loop_timer_armed(&c->timer))

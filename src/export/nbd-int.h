@@ -359,7 +359,10 @@ void nbd_tls_read(struct nbd_conn *c);
 void nbd_tls_send(struct nbd_conn *c);
 /* Input GnuTLS holds that no socket event will announce. */
 bool nbd_tls_pending(const struct nbd_conn *c);
-/* The connection closes: end the session. */
+/* The socket is about to close: when everything was sent, tell the client
+ * with a TLS close_notify (best effort, never waits). */
+void nbd_tls_bye(struct nbd_conn *c);
+/* The connection is freed: end the session. */
 void nbd_tls_end(struct nbd_conn *c);
 
 /* nbd-ring.c */

@@ -336,6 +336,16 @@ void nbd_tls_send(struct nbd_conn *c)
 		nbd_conn_set_events(c);
 }
 
+void nbd_tls_bye(struct nbd_conn *c)
+{
+	if (!c->tls_on || !nbd_conn_out_empty(c))
+		return;
+	/* Our push function takes the alert; one send, whatever it does. */
+	if (gnutls_bye(c->tls, GNUTLS_SHUT_WR) == 0 && c->tls_clen)
+		(void)!send(c->fd, c->tls_cbuf, c->tls_clen, MSG_NOSIGNAL | MSG_DONTWAIT);
+	c->tls_coff = c->tls_clen = 0;
+}
+
 void nbd_tls_end(struct nbd_conn *c)
 {
 	if (c->tls_layer >= 0)

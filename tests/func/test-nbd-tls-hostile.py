@@ -73,7 +73,9 @@ class Conn:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.load_verify_locations(f"{pki}/{cli}/ca-cert.pem")
         ctx.load_cert_chain(f"{pki}/{cli}/client-cert.pem", f"{pki}/{cli}/client-key.pem")
-        self.s = ctx.wrap_socket(self.raw, server_hostname="localhost")
+        # Ragged EOFs raise: the server must end its side with a close_notify.
+        self.s = ctx.wrap_socket(self.raw, server_hostname="localhost",
+                                 suppress_ragged_eofs=False)
 
     def go_read(self):
         """GO on export x, then READ 4096 bytes at 0: the data (simple replies)."""
@@ -229,6 +231,15 @@ def run(port, pki, srv):
         magic, err, cookie = struct.unpack(">IIQ", c.rd(16))
         assert (magic, err) == (0x67446698, 0) and cookie == 100 + i, (hex(magic), err, cookie)
         assert c.rd(512) == b"\xa5" * 512
+    c.s.close()
+
+    # ABORT inside TLS: ACK, then a clean TLS close (close_notify), not a bare EOF.
+    c = Conn(port)
+    c.starttls(pki)
+    c.opt(OPT_ABORT)
+    assert c.reply()[:2] == (OPT_ABORT, REP_ACK)
+    c.s.settimeout(20)
+    assert c.s.recv(1) == b"", "data after ABORT's ACK"
     c.s.close()
 
     # Bytes after STARTTLS, before its reply: closed.
