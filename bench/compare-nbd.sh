@@ -11,7 +11,18 @@
 #   bench/compare-nbd.sh [--runtime S] [--reps N] [--servers "ioplane qsd nbdkit"]
 #                        [--backends "null file"] [--depths "1 64"] [--strace-ios N]
 #                        [--file PATH] [--direct] [--qsd-iothread] [--quick] [--strict]
-#                        [--ioplane-args "SERVE OPTIONS"]
+#                        [--ioplane-args "SERVE OPTIONS"] [--tls]
+#
+# --tls: NBD over TLS instead, on TCP loopback with one x509 certificate (made with
+# certtool) for every server (nbdkit --tls=require --tls-certificates=DIR), two rows:
+# 4 KiB random reads at depth 64 and 1 MiB sequential reads at depth 8. Servers default to
+# "ioplane ioplane-plain qsd nbdkit", where ioplane-plain is ioplane without TLS on the
+# same TCP socket kind (the cost of TLS itself). Ratios: ioplane/qsd CPU per I/O
+# (target <= 0.6), 1 MiB throughput (target >= 1.3), ioplane TLS/plain CPU per I/O; the
+# record layer each ioplane connection used (GnuTLS or kTLS) from its log. No strace run.
+# fio's nbd engine refuses a certificate directory in its URI (libnbd's local file
+# access), so fio does not verify the server (tls-verify-peer=false) and the servers do
+# not ask for a client certificate: the handshake is shorter, the record layer the same.
 #
 # --ioplane-args adds options to ioplane's serve command line, e.g. "--poll-max-ns 0"
 # to see what adaptive polling costs and brings.
@@ -45,6 +56,10 @@ strict=0
 ioplane_args=()
 qsd_iot=()
 qsd_exp=
+tls=0
+servers_given=0
+rw=randread
+bs=4k
 
 usage() {
 	sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" >&2
@@ -55,7 +70,7 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--runtime) runtime=${2:?}; shift ;;
 	--reps) reps=${2:?}; shift ;;
-	--servers) servers=${2:?}; shift ;;
+	--servers) servers=${2:?}; servers_given=1; shift ;;
 	--backends) backends=${2:?}; shift ;;
 	--depths) depths=${2:?}; shift ;;
 	--strace-ios) strace_ios=${2:?}; shift ;;
@@ -65,6 +80,7 @@ while [ $# -gt 0 ]; do
 	--quick) runtime=3; reps=1; strace_ios=5000 ;;
 	--strict) strict=1 ;;
 	--ioplane-args) read -r -a ioplane_args <<<"${2?}"; shift ;;
+	--tls) tls=1 ;;
 	-h | --help) usage ;;
 	*) echo "compare-nbd.sh: unknown argument $1" >&2; usage ;;
 	esac
@@ -78,9 +94,13 @@ need() {
 need fio
 need python3
 fio --enghelp 2>/dev/null | grep -qw nbd || { echo "fio lacks the nbd engine" >&2; exit 1; }
+if [ $tls = 1 ]; then
+	[ $servers_given = 1 ] || servers="ioplane ioplane-plain qsd nbdkit"
+	need certtool
+fi
 for s in $servers; do
 	case $s in
-	ioplane) [ -x "$IOPLANE" ] || { echo "no $IOPLANE (build first)" >&2; exit 1; } ;;
+	ioplane | ioplane-plain) [ -x "$IOPLANE" ] || { echo "no $IOPLANE (build first)" >&2; exit 1; } ;;
 	qsd) need qemu-storage-daemon ;;
 	nbdkit) need nbdkit ;;
 	*) echo "unknown server $s" >&2; usage ;;
@@ -88,6 +108,7 @@ for s in $servers; do
 done
 have_strace=1
 command -v strace >/dev/null || have_strace=0
+[ $tls = 0 ] || have_strace=0
 
 tmp=$(mktemp -d /tmp/compare-nbd.XXXXXX)
 sock=$tmp/nbd.sock
@@ -106,8 +127,56 @@ if [[ " $backends " == *" file "* ]] && [ -z "$file" ]; then
 	dd if=/dev/zero of="$file" bs=1M count=1024 status=none conv=fsync
 fi
 
+# make_pki DIR: a CA, a server certificate for 127.0.0.1 and a client certificate, in the
+# file names QEMU, nbdkit and libnbd all read.
+make_pki() {
+	local d=$1 k
+	mkdir -p "$d"
+	printf '%s\n' 'cn = "bench CA"' ca cert_signing_key 'expiration_days = 2' >"$d/ca.info"
+	printf '%s\n' 'cn = "localhost"' 'ip_address = "127.0.0.1"' tls_www_server \
+		encryption_key signing_key 'expiration_days = 2' >"$d/server.info"
+	printf '%s\n' 'cn = "bench client"' tls_www_client encryption_key signing_key \
+		'expiration_days = 2' >"$d/client.info"
+	for k in ca server client; do
+		certtool --generate-privkey --outfile "$d/$k-key.pem" >/dev/null 2>&1
+	done
+	certtool --generate-self-signed --load-privkey "$d/ca-key.pem" --template "$d/ca.info" \
+		--outfile "$d/ca-cert.pem" >/dev/null 2>&1
+	for k in server client; do
+		certtool --generate-certificate --load-privkey "$d/$k-key.pem" \
+			--load-ca-certificate "$d/ca-cert.pem" --load-ca-privkey "$d/ca-key.pem" \
+			--template "$d/$k.info" --outfile "$d/$k-cert.pem" >/dev/null 2>&1
+	done
+}
+
+# tls_server_cmd SERVER BACKEND: the TCP (TLS) command line (array srv).
+tls_server_cmd() {
+	local node t=(--object "tls-creds-x509,id=t0,dir=$pki,endpoint=server,verify-peer=off")
+	local addr=addr.type=inet,addr.host=127.0.0.1,addr.port=$port
+	if [ "$2" = null ]; then
+		node=driver=null-co,node-name=n0,size=1073741824
+	else
+		node="driver=file,node-name=n0,filename=$file,aio=io_uring,cache.direct=off"
+	fi
+	case "$1" in
+	ioplane) srv=("$IOPLANE" serve --iothreads 1 "${ioplane_args[@]}" "${t[@]}") ;;
+	ioplane-plain) srv=("$IOPLANE" serve --iothreads 1 "${ioplane_args[@]}"); t=() ;;
+	qsd) srv=(qemu-storage-daemon "${qsd_iot[@]}" "${t[@]}") ;;
+	nbdkit)
+		srv=(nbdkit -f -i 127.0.0.1 -p "$port" --tls=require "--tls-certificates=$pki")
+		if [ "$2" = null ]; then srv+=(null 1G); else srv+=(file "$file"); fi
+		return ;;
+	esac
+	srv+=(--blockdev "$node" --nbd-server "$addr${t:+,tls-creds=t0}"
+		--export "type=nbd,id=e0,node-name=n0,name=e0$qsd_exp")
+}
+
 # server_cmd SERVER BACKEND: the command line (array srv).
 server_cmd() {
+	if [ $tls = 1 ]; then
+		tls_server_cmd "$@"
+		return
+	fi
 	local cache=writeback qcache=off
 	[ $direct = 1 ] && cache=none qcache=on
 	case "$1/$2" in
@@ -130,12 +199,27 @@ server_cmd() {
 }
 
 listening() {
+	if [ $tls = 1 ]; then
+		awk -v h="$(printf ':%04X' "$port")" '$2 ~ h"$" && $4 == "0A" { f = 1 }
+			END { exit !f }' /proc/net/tcp
+		return
+	fi
 	awk -v p="$1" '$NF == p && $4 == "00010000" { f = 1 } END { exit !f }' /proc/net/unix
 }
 
 start_server() {
 	local i
 	rm -f "$sock"
+	sname=$1
+	port=$(python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+	uri="nbd+unix:///e0?socket=$sock"
+	if [ $tls = 1 ]; then
+		uri="nbds://127.0.0.1:$port/e0?tls-verify-peer=false"
+		[ "$1" = ioplane-plain ] && uri="nbd://127.0.0.1:$port/e0"
+	fi
 	server_cmd "$1" "$2"
 	"${srv[@]}" </dev/null >"$tmp/server.log" 2>&1 &
 	spid=$!
@@ -159,6 +243,12 @@ stop_server() {
 	kill -KILL "$spid" 2>/dev/null || true
 	wait "$spid" 2>/dev/null || true
 	spid=
+	# Which record layer ioplane's TLS connections used (its log says, per connection).
+	if [ $tls = 1 ]; then
+		{ grep -o 'record layer: .*' "$tmp/server.log" || true; } | sort | uniq -c |
+			sed "s/^/  $sname: /" >&2
+	fi
+	return 0
 }
 
 # cpu_ticks PID: utime+stime of every thread of the process, in clock ticks.
@@ -172,7 +262,7 @@ run_fio() {
 	local depth=$1 out
 	shift
 	out=$(cd "$tmp" && fio --name=bench --ioengine=nbd \
-		--uri="nbd+unix:///e0?socket=$sock" --rw=randread --bs=4k --size=1G \
+		--uri="$uri" --rw="$rw" --bs="$bs" --size=1G \
 		--iodepth="$depth" --numjobs=1 --randrepeat=0 --output-format=json "$@") || {
 		echo "compare-nbd.sh: fio failed: $out" >&2
 		exit 1
@@ -223,6 +313,17 @@ count_syscalls() {
 		"$tmp/strace.out" | sort -rn | head -n 3 | awk '{ printf "%s %s ", $2, $1 }')" >&2
 }
 
+pki=$tmp/pki
+ktls=-
+if [ $tls = 1 ]; then
+	make_pki "$pki"
+	# kTLS needs the kernel's tls ULP and a GnuTLS built with it (Debian 12's is not).
+	if ! grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null; then
+		ktls="no (the kernel offers no tls ULP)"
+	else
+		ktls="the kernel has the tls ULP; the record layer lines say whether GnuTLS used it"
+	fi
+fi
 : >"$results"
 echo "runtime ${runtime}s, $reps reps, depths $depths, servers: $servers" >&2
 for ((rep = 0; rep < reps; rep++)); do
@@ -233,7 +334,12 @@ for ((rep = 0; rep < reps; rep++)); do
 		for s in "${order[@]}"; do
 			echo "rep $((rep + 1))/$reps: $s $b" >&2
 			start_server "$s" "$b"
+			if [ $tls = 1 ]; then
+				rw=randread bs=4k measure "$s" "$b" 64
+				rw=read bs=1M measure "$s" "$b" 8
+			fi
 			for d in $depths; do
+				[ $tls = 1 ] && break
 				measure "$s" "$b" "$d"
 			done
 			[ $have_strace = 1 ] && count_syscalls "$s" "$b"
@@ -241,6 +347,56 @@ for ((rep = 0; rep < reps; rep++)); do
 		done
 	done
 done
+
+[ $tls = 1 ] && exec python3 - "$results" "$strict" "$ktls" <<'EOF'
+import collections, statistics, sys
+
+# Depth 64: 4 KiB random reads; depth 8: 1 MiB sequential reads.
+vals = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    b, s, d, metric, v = line.split()
+    vals[(b, s, int(d), metric)].append(float(v))
+med = {k: statistics.median(v) for k, v in vals.items()}
+rows = {64: "4k randread d64", 8: "1M read d8"}
+servers = [s for s in ("ioplane", "ioplane-plain", "qsd", "nbdkit")
+           if any(k[1] == s for k in med)]
+backends = sorted({k[0] for k in med}, key=["null", "file"].index)
+get = lambda b, s, d, m: med.get((b, s, d, m))
+print("%-5s %-16s %-16s %12s %10s %10s" % ("bknd", "server", "workload", "IOPS", "MiB/s",
+                                           "CPU us/IO"))
+for b in backends:
+    for s in servers:
+        for d, name in rows.items():
+            i, c = get(b, s, d, "iops"), get(b, s, d, "cpu_us")
+            if i is None:
+                continue
+            print("%-5s %-16s %-16s %12.0f %10.1f %10.2f" % (
+                b, s + ("" if s == "ioplane-plain" else " (TLS)"), name, i,
+                i * (4 if d == 64 else 1024) / 1024, c))
+missed = 0
+print("\nkTLS on this machine: %s" % sys.argv[3])
+for b in backends:
+    checks = []
+    for d, name in rows.items():
+        c_i, c_q = get(b, "ioplane", d, "cpu_us"), get(b, "qsd", d, "cpu_us")
+        if c_i is not None and c_q:
+            checks.append(("%s CPU/IO ioplane/qsd" % name, c_i / c_q, "<=", 0.6))
+        c_p = get(b, "ioplane-plain", d, "cpu_us")
+        if c_i is not None and c_p:
+            checks.append(("%s CPU/IO TLS/plain" % name, c_i / c_p, None, None))
+    i_i, i_q = get(b, "ioplane", 8, "iops"), get(b, "qsd", 8, "iops")
+    if i_i is not None and i_q:
+        checks.append(("1M read MiB/s ioplane/qsd", i_i / i_q, ">=", 1.3))
+    for name, v, op, target in checks:
+        if op is None:
+            print("  %-5s %-34s %6.2f" % (b, name, v))
+            continue
+        ok = v <= target if op == "<=" else v >= target
+        missed += not ok
+        print("  %-5s %-34s %6.2f  (target %s %.1f)  %s"
+              % (b, name, v, op, target, "met" if ok else "MISSED"))
+sys.exit(1 if missed and sys.argv[2] == "1" else 0)
+EOF
 
 python3 - "$results" "$strict" <<'EOF'
 import collections, statistics, sys

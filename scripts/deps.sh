@@ -1,15 +1,15 @@
 #!/bin/bash
 # Install the Debian 12 packages ioplane needs, if any are missing.
-#   scripts/deps.sh main   build and run: compiler, meson, liburing, libaio, jansson, qemu-img
+#   scripts/deps.sh main   build and run: compiler, meson, liburing, libaio, jansson, gnutls, qemu-img
 #   scripts/deps.sh test   main plus everything the test suite drives
 # Quiet when nothing is missing; runs apt-get (as root, no prompts) otherwise.
 set -euo pipefail
 
 main_pkgs=(gcc pkg-config meson ninja-build liburing-dev libaio-dev zlib1g-dev libzstd-dev
-	libjansson-dev libnbd-dev librbd-dev qemu-utils)
+	libjansson-dev libnbd-dev librbd-dev libgnutls28-dev qemu-utils)
 test_pkgs=(libcmocka-dev fio valgrind strace python3 nbdkit libnbd-bin clang clang-format-14
 	libclang-rt-14-dev qemu-system-x86 busybox-static cpio xfsprogs ceph-mon ceph-osd ceph-common
-	python3-rados qemu-block-extra)
+	python3-rados qemu-block-extra gnutls-bin)
 
 usage() {
 	echo "usage: $0 main|test" >&2

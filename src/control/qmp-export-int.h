@@ -8,6 +8,6 @@
 #include "control/schema.h"
 
 extern const struct qapi_type qexp_socket_address, qexp_nbd_server_start_args, qexp_del_args,
-	qexp_info_list, qexp_deleted_data;
+	qexp_info_list, qexp_deleted_data, qexp_nbd_server_info;
 
 #endif

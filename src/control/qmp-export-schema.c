@@ -87,5 +87,12 @@ static const struct qapi_type export_info = QAPI_OBJECT_TYPE(
 	QAPI_MEMBERS(QAPI_REQ("id", &qapi_str), QAPI_REQ("type", &export_type),
 		     QAPI_REQ("node-name", &qapi_str), QAPI_REQ("shutting-down", &qapi_bool)));
 const struct qapi_type qexp_info_list = QAPI_LIST_TYPE(&export_info);
+static const struct qapi_type tls_layers =
+	QAPI_OBJECT_TYPE("x-NbdTlsRecordLayers", QAPI_MEMBERS(QAPI_REQ("gnutls", &qapi_int),
+							      QAPI_REQ("kernel", &qapi_int)));
+const struct qapi_type qexp_nbd_server_info = QAPI_OBJECT_TYPE(
+	"x-NbdServerInfo",
+	QAPI_MEMBERS(QAPI_REQ("connections", &qapi_int), QAPI_OPT("tls-creds", &qapi_str),
+		     QAPI_OPT("tls-authz", &qapi_str), QAPI_REQ("tls-record-layer", &tls_layers)));
 const struct qapi_type qexp_deleted_data =
 	QAPI_OBJECT_TYPE("q_obj_BLOCK_EXPORT_DELETED-arg", QAPI_MEMBERS(QAPI_REQ("id", &qapi_str)));

@@ -27,6 +27,7 @@
 #include "export/vhost-user-blk.h"
 #include "loop/loop.h"
 #include "util/log.h"
+#include "util/tls.h"
 
 enum { QEXP_NBD, QEXP_VUB };
 static const char *const type_names[] = {"nbd", "vhost-user-blk"};
@@ -526,6 +527,42 @@ static int nbd_listen(struct nbd_server *s, const json_t *addr, bool cmdline, ch
 	return ret;
 }
 
+/* tls-creds must name server credentials now; they and tls-authz are looked
+ * up again by each connection. */
+static int check_tls(const json_t *args, char *err, size_t errlen)
+{
+	const char *id = qapi_get_str(args, "tls-creds");
+	struct tls_creds *c;
+	struct tls_authz *a;
+	bool server;
+
+	if (!id) {
+		if (!qapi_has(args, "tls-authz"))
+			return 0;
+		snprintf(err, errlen, "tls-authz is not supported without tls-creds");
+		return -EINVAL;
+	}
+	c = tls_creds_get(id);
+	if (!c) {
+		snprintf(err, errlen, "No TLS credentials with id '%s'", id);
+		return -ENOENT;
+	}
+	server = tls_creds_is_server(c);
+	tls_creds_put(c);
+	if (!server) {
+		snprintf(err, errlen, "Expected TLS credentials for a server endpoint");
+		return -EINVAL;
+	}
+	id = qapi_get_str(args, "tls-authz");
+	if (id && !(a = tls_authz_get(id))) {
+		snprintf(err, errlen, "Cannot find QAuthZ object '%s'", id);
+		return -ENOENT;
+	}
+	if (id)
+		tls_authz_put(a);
+	return 0;
+}
+
 /* addr is SocketAddress (flat: --nbd-server) */
 static int server_start(const json_t *args, const json_t *addr, bool cmdline, char *err,
 			size_t errlen)
@@ -540,11 +577,11 @@ static int server_start(const json_t *args, const json_t *addr, bool cmdline, ch
 		snprintf(err, errlen, "NBD server already running");
 		return -EEXIST;
 	}
-	if (qapi_has(args, "tls-creds")) {
-		snprintf(err, errlen, "No TLS credentials with id '%s'",
-			 qapi_get_str(args, "tls-creds"));
-		return -ENOENT;
-	}
+	ret = check_tls(args, err, errlen);
+	if (ret < 0)
+		return ret;
+	cfg.tls_creds = qapi_get_str(args, "tls-creds");
+	cfg.tls_authz = qapi_get_str(args, "tls-authz");
 	cfg.max_connections =
 		(unsigned)qapi_get_uint(args, "max-connections", env.nbd_max_connections);
 	ret = nbd_server_new(&cfg, &qmp_srv);
@@ -691,6 +728,33 @@ void qmp_exports_free(void)
 	qmp_srv = NULL;
 }
 
+/* ioplane's: the nbd-server-start server's connections, and which record
+ * layer its TLS connections use (qsd has no such query). */
+static void query_nbd_server(struct qmp_req *req, json_t *args)
+{
+	const char *creds, *authz;
+	unsigned g, k;
+	json_t *r;
+
+	(void)args;
+	if (!qmp_srv) {
+		qmp_error(req, QMP_ERR_GENERIC, "NBD server not running");
+		return;
+	}
+	nbd_server_tls_counts(qmp_srv, &g, &k);
+	nbd_server_tls_ids(qmp_srv, &creds, &authz);
+	r = json_pack("{s:i,s:{s:i,s:i}}", "connections", (int)nbd_server_connections(qmp_srv),
+		      "tls-record-layer", "gnutls", (int)g, "kernel", (int)k);
+	if (r && creds)
+		json_object_set_new(r, "tls-creds", json_string(creds));
+	if (r && authz)
+		json_object_set_new(r, "tls-authz", json_string(authz));
+	if (!r)
+		qmp_error(req, QMP_ERR_GENERIC, "out of memory");
+	else
+		qmp_return(req, r);
+}
+
 static const struct qmp_command export_cmds[] = {
 	{.name = "nbd-server-start",
 	 .args = &qexp_nbd_server_start_args,
@@ -699,6 +763,7 @@ static const struct qmp_command export_cmds[] = {
 	{.name = "block-export-add", .args = &qmp_block_export_options, .fn = block_export_add},
 	{.name = "block-export-del", .args = &qexp_del_args, .fn = block_export_del},
 	{.name = "query-block-exports", .ret = &qexp_info_list, .fn = query_block_exports},
+	{.name = "x-query-nbd-server", .ret = &qexp_nbd_server_info, .fn = query_nbd_server},
 };
 
 static const struct qmp_event_info deleted_event = {.name = "BLOCK_EXPORT_DELETED",

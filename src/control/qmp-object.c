@@ -11,11 +11,13 @@
 #include <string.h>
 
 #include "control/qmp-object.h"
+#include "control/qmp-tls.h"
 #include "control/qmp.h"
 #include "control/schema.h"
 #include "loop/iothread.h"
 #include "util/log.h"
 #include "util/secret.h"
+#include "util/tls.h"
 
 #define POLL_MAX_NS_DEFAULT 32768 /* QEMU's and the loop's */
 #define POOL_MAX 128
@@ -35,7 +37,9 @@ static void *detach_arg;
 
 /* ---- schema ------------------------------------------------------------- */
 
-static const struct qapi_type object_type = QAPI_ENUM_TYPE("ObjectType", "iothread", "secret");
+static const struct qapi_type object_type =
+	QAPI_ENUM_TYPE("ObjectType", "iothread", "secret", "tls-creds-x509", "tls-creds-psk",
+		       "authz-simple", "authz-list");
 static const struct qapi_type secret_format =
 	QAPI_ENUM_TYPE("QCryptoSecretFormat", "raw", "base64");
 static const struct qapi_type secret_props = QAPI_OBJECT_TYPE(
@@ -47,10 +51,12 @@ static const struct qapi_type iothread_props = QAPI_OBJECT_TYPE(
 	"IothreadProperties",
 	QAPI_MEMBERS(QAPI_OPT("poll-max-ns", &qapi_int), QAPI_OPT("poll-grow", &qapi_int),
 		     QAPI_OPT("poll-shrink", &qapi_int), QAPI_OPT("aio-max-batch", &qapi_int)));
-const struct qapi_type qmp_object_options =
-	QAPI_UNION_TYPE("ObjectOptions",
-			QAPI_MEMBERS(QAPI_REQ("qom-type", &object_type), QAPI_REQ("id", &qapi_str)),
-			"qom-type", {"iothread", &iothread_props}, {"secret", &secret_props});
+const struct qapi_type qmp_object_options = QAPI_UNION_TYPE(
+	"ObjectOptions",
+	QAPI_MEMBERS(QAPI_REQ("qom-type", &object_type), QAPI_REQ("id", &qapi_str)), "qom-type",
+	{"iothread", &iothread_props}, {"secret", &secret_props},
+	{"tls-creds-x509", &qmp_tls_creds_x509_props}, {"tls-creds-psk", &qmp_tls_creds_psk_props},
+	{"authz-simple", &qmp_authz_simple_props}, {"authz-list", &qmp_authz_list_props});
 static const struct qapi_type object_del_args =
 	QAPI_OBJECT_TYPE("q_obj_object-del-arg", QAPI_MEMBERS(QAPI_REQ("id", &qapi_str)));
 static const struct qapi_type iothread_info = QAPI_OBJECT_TYPE(
@@ -148,13 +154,15 @@ int qmp_object_add(const json_t *args, char *err, size_t errlen)
 		snprintf(err, errlen, "Parameter 'id' expects an identifier");
 		return -EINVAL;
 	}
-	if (find(id) || secret_exists(id)) {
+	if (find(id) || secret_exists(id) || tls_object_exists(id)) {
 		snprintf(err, errlen,
 			 "attempt to add duplicate property '%s' to object (type 'container')", id);
 		return -EEXIST;
 	}
 	if (!strcmp(qapi_get_str(args, "qom-type"), "secret"))
 		return qmp_secret_add(id, args, err, errlen);
+	if (qmp_tls_handles(qapi_get_str(args, "qom-type")))
+		return qmp_tls_object_add(args, err, errlen);
 	ret = check_props(args, v, err, errlen);
 	if (ret < 0)
 		return ret;
@@ -251,6 +259,7 @@ void qmp_objects_free(void)
 		object_free(o);
 	}
 	secret_free_all();
+	tls_objects_free();
 }
 
 /* ---- commands ----------------------------------------------------------- */
@@ -272,7 +281,8 @@ static void object_del_cmd(struct qmp_req *req, json_t *args)
 
 	for (pp = &objects; (o = *pp) && strcmp(o->id, id); pp = &o->next)
 		;
-	if (!o && secret_del(id) == 0) {
+	/* TLS objects: users keep theirs; new users find the next one. */
+	if (!o && (secret_del(id) == 0 || tls_object_del(id) == 0)) {
 		qmp_return(req, NULL);
 		return;
 	}

@@ -1,4 +1,5 @@
-/* QOM-style objects of `ioplane serve`: iothreads, made by --object,
+/* QOM-style objects of `ioplane serve`: iothreads (and TLS credentials and
+ * authorisation, qmp-tls.h), made by --object,
  * --iothreads N (the pool, named iothread0 ..) or QMP object-add, removed by
  * object-del when nothing uses them, listed by query-iothreads. Exports name
  * the iothreads they run on (iothread=ID) and hold a use of each.
@@ -14,7 +15,8 @@
 struct loop;
 struct qapi_type;
 
-/* ObjectOptions (qom-type iothread only), for --object and object-add. */
+/* ObjectOptions (qom-type iothread, and the TLS ones of qmp-tls.h), for
+ * --object and object-add. */
 extern const struct qapi_type qmp_object_options;
 
 /* Register object-add, object-del, query-iothreads. 0 or -errno. */

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,6 +46,7 @@ static void conn_free(struct nbd_conn *c)
 		log_errors_end(&c->io_errors, who);
 	}
 	nbd_req_free_all(c);
+	nbd_tls_end(c);
 	free(c->rbuf);
 	free(c->hbuf);
 	nbd_export_put(c->exp);
@@ -70,7 +72,7 @@ void nbd_conn_put(struct nbd_conn *c)
 
 /* Arm the fd for what we are waiting for; unregister it when nothing, so that
  * a hang-up we are not ready to read does not spin the loop. */
-static void conn_set_events(struct nbd_conn *c)
+void nbd_conn_set_events(struct nbd_conn *c)
 {
 	uint32_t want = 0;
 	int ret;
@@ -79,6 +81,8 @@ static void conn_set_events(struct nbd_conn *c)
 		return;
 	if (c->ring) /* input comes through the loop's io_uring */
 		nbd_ring_update(c);
+	else if (c->phase == NBD_PHASE_TLS) /* the TLS handshake, once STARTTLS's ACK is out */
+		want |= c->state == NBD_CONN_OPEN && c->hoff == c->hlen ? c->tls_want : 0;
 	else if (c->state == NBD_CONN_OPEN && !c->in_blocked && !c->move_to)
 		want |= EPOLLIN;
 	if (c->out_blocked)
@@ -116,7 +120,7 @@ static void conn_idle(struct nbd_conn *c)
 			return;
 		}
 	}
-	if (c->state == NBD_CONN_DRAIN && c->hoff == c->hlen && !c->outq)
+	if (c->state == NBD_CONN_DRAIN && nbd_conn_out_empty(c))
 		nbd_conn_close(c, NULL);
 }
 
@@ -182,18 +186,22 @@ void nbd_conn_close(struct nbd_conn *c, const char *why)
 	if (c->state == NBD_CONN_CLOSED)
 		return;
 	if (why)
-		log_info("nbd: closing connection (%s)", why);
+		log_info("nbd: closing connection from %s (%s)", c->peer, why);
 	if (c->events)
 		loop_fd_del(c->loop, &c->fdh);
 	c->events = 0;
 	c->state = NBD_CONN_CLOSED;
 	if (c->ring)
 		nbd_ring_close(c);
+	nbd_tls_bye(c);
 	close(c->fd);
 	c->fd = -1;
 	if (loop_timer_armed(&c->timer))
 		loop_timer_cancel(c->loop, &c->timer);
 	c->hoff = c->hlen = 0;
+	c->tls_ooff = c->tls_olen = 0;
+	c->tls_again = c->tls_direct = false;
+	c->tls_ipos = c->tls_iend = c->tls_coff = c->tls_clen = 0;
 	conn_mem_cancel(c);
 	conn_drop_cur(c);
 	while ((r = c->outq)) {
@@ -221,13 +229,19 @@ void nbd_conn_drain(struct nbd_conn *c)
 	c->state = NBD_CONN_DRAIN;
 	conn_mem_cancel(c);
 	conn_drop_cur(c); /* its payload will never arrive */
-	conn_set_events(c);
+	nbd_conn_set_events(c);
 	if (c->busy == 0)
 		conn_idle(c);
 	nbd_conn_put(c);
 }
 
 /* ---- output ------------------------------------------------------------- */
+
+bool nbd_conn_out_empty(const struct nbd_conn *c)
+{
+	return c->hoff == c->hlen && !c->outq && c->tls_ooff == c->tls_olen && !c->tls_again &&
+	       c->tls_coff == c->tls_clen;
+}
 
 int nbd_conn_hbuf_append(struct nbd_conn *c, const void *p, size_t len)
 {
@@ -266,7 +280,7 @@ void nbd_conn_queue_reply(struct nbd_conn *c, struct nbd_req *r)
 }
 
 /* Build the iovec of everything queued (up to NBD_SEND_IOV entries). */
-static int conn_gather(struct nbd_conn *c, struct iovec *iov, size_t *total)
+int nbd_conn_gather(struct nbd_conn *c, struct iovec *iov, size_t *total)
 {
 	struct nbd_req *r;
 	int n = 0;
@@ -309,7 +323,7 @@ static bool req_advance(struct nbd_req *r, size_t *n)
 	return false;
 }
 
-static void conn_consume(struct nbd_conn *c, size_t n)
+void nbd_conn_consume(struct nbd_conn *c, size_t n)
 {
 	struct nbd_req *r;
 	size_t k;
@@ -338,10 +352,14 @@ static void conn_send(struct nbd_conn *c)
 	size_t total;
 	ssize_t sent;
 
+	if (c->tls_on) {
+		nbd_tls_send(c);
+		return;
+	}
 	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
 		memset(&mh, 0, sizeof(mh));
 		mh.msg_iov = iov;
-		mh.msg_iovlen = (size_t)conn_gather(c, iov, &total);
+		mh.msg_iovlen = (size_t)nbd_conn_gather(c, iov, &total);
 		if (!mh.msg_iovlen)
 			break;
 		sent = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -353,12 +371,12 @@ static void conn_send(struct nbd_conn *c)
 			return;
 		}
 		if (sent > 0)
-			conn_consume(c, (size_t)sent);
+			nbd_conn_consume(c, (size_t)sent);
 		/* A short send means the socket is full: wait for room. */
 		if (sent < 0 || (size_t)sent < total)
 			c->out_blocked = true;
 	}
-	conn_set_events(c);
+	nbd_conn_set_events(c);
 }
 
 static bool conn_can_unblock(struct nbd_conn *c)
@@ -375,6 +393,9 @@ void nbd_conn_unblock(struct nbd_conn *c)
 		return;
 	c->in_blocked = false;
 	nbd_conn_parse(c);
+	/* Records GnuTLS decrypted already: no socket event will tell. */
+	if (nbd_tls_pending(c))
+		nbd_tls_read(c);
 }
 
 /* ---- moving to the export's loop ------------------------------------------ */
@@ -397,10 +418,12 @@ static void conn_moved(struct loop_msg *m)
 	} else if (atomic_load(&c->srv->draining)) {
 		nbd_conn_drain(c);
 	} else {
-		if (loop_uring_waits(c->loop))
+		if (loop_uring_waits(c->loop) && !c->tls_on) /* the ring would get ciphertext */
 			nbd_ring_start(c);
 		nbd_conn_kick(c);  /* what is left of the handshake's reply */
 		nbd_conn_parse(c); /* requests the client sent right after GO */
+		if (nbd_tls_pending(c)) /* records GnuTLS decrypted on the old loop */
+			nbd_tls_read(c);
 	}
 	nbd_conn_put(c);
 }
@@ -440,7 +463,10 @@ static void conn_flush_cb(struct loop_flush *f)
 	}
 	nbd_conn_get(c);
 	conn_send(c);
+	nbd_tls_handshake(c); /* after STARTTLS's ACK went out */
 	nbd_conn_unblock(c);
+	if (!c->in_blocked && nbd_tls_pending(c)) /* nbd_tls_read() stopped at its bound */
+		nbd_tls_read(c);
 	if (c->state == NBD_CONN_DRAIN && c->busy == 0)
 		conn_idle(c);
 	/* Only the socket's reference and ours: nothing else holds it here. */
@@ -479,7 +505,7 @@ void nbd_conn_parse(struct nbd_conn *c)
 		c->rend -= c->rpos;
 		c->rpos = 0;
 	}
-	conn_set_events(c);
+	nbd_conn_set_events(c);
 }
 
 bool nbd_conn_skip_input(struct nbd_conn *c)
@@ -503,7 +529,7 @@ int nbd_conn_enter_transmission(struct nbd_conn *c)
 	c->rcap = NBD_RBUF_SIZE;
 	if (c->move_to)
 		nbd_conn_kick(c); /* the move happens in the round's flush hook */
-	else if (loop_uring_waits(c->loop))
+	else if (loop_uring_waits(c->loop) && !c->tls_on) /* the ring would get ciphertext */
 		nbd_ring_start(c);
 	return 0;
 }
@@ -534,7 +560,7 @@ void nbd_conn_received(struct nbd_conn *c, const struct iovec *iov, int cnt, ssi
 	}
 	if (n < 0) {
 		if (n == -EAGAIN || n == -EINTR)
-			conn_set_events(c); /* the ring's receive is armed again */
+			nbd_conn_set_events(c); /* the ring's receive is armed again */
 		else
 			nbd_conn_close(c, n == -ECONNRESET ? "client went away" : "recv failed");
 		return;
@@ -556,6 +582,10 @@ static void conn_read(struct nbd_conn *c)
 	int cnt = nbd_conn_rx_iov(c, iov);
 	ssize_t n;
 
+	if (c->tls_on) {
+		nbd_tls_read(c);
+		return;
+	}
 	if (!cnt) {
 		nbd_conn_close(c, "input buffer full");
 		return;
@@ -579,6 +609,11 @@ static void conn_fd_cb(struct loop_fd *h, uint32_t revents)
 		if (c->state == NBD_CONN_DRAIN && c->busy == 0)
 			conn_idle(c);
 	}
+	if (c->phase == NBD_PHASE_TLS) {
+		nbd_tls_handshake(c);
+		nbd_conn_put(c);
+		return;
+	}
 	if ((revents & (EPOLLIN | EPOLLERR | EPOLLHUP)) && c->state == NBD_CONN_OPEN &&
 	    !c->in_blocked && !c->ring)
 		conn_read(c);
@@ -592,6 +627,32 @@ static void conn_timer_cb(struct loop_timer *t)
 	nbd_conn_get(c);
 	nbd_conn_close(c, "handshake timed out");
 	nbd_conn_put(c);
+}
+
+/* "127.0.0.1:4321", "[::1]:4321" or "unix socket", for the log. */
+static void conn_peer_name(struct nbd_conn *c)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?";
+	const void *addr = NULL;
+	unsigned port = 0;
+
+	snprintf(c->peer, sizeof(c->peer), "unix socket");
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &len) < 0)
+		return;
+	if (ss.ss_family == AF_INET) {
+		addr = &((struct sockaddr_in *)&ss)->sin_addr;
+		port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	} else if (ss.ss_family == AF_INET6) {
+		addr = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+		port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	if (!addr)
+		return;
+	inet_ntop(ss.ss_family, addr, host, sizeof(host));
+	snprintf(c->peer, sizeof(c->peer), ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host,
+		 port);
 }
 
 static void conn_tune_socket(int fd)
@@ -618,12 +679,14 @@ int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop,
 	c->loop = loop;
 	c->fd = fd;
 	c->refs = 1;
+	c->tls_layer = -1;
 	c->outq_tail = &c->outq;
 	c->fdh = (struct loop_fd){.fd = fd, .cb = conn_fd_cb};
 	c->flush.cb = conn_flush_cb;
 	c->mem_msg.cb = conn_mem_granted;
 	c->timer.cb = conn_timer_cb;
 	conn_tune_socket(fd);
+	conn_peer_name(c);
 	ret = nbd_handshake_start(c);
 	if (ret < 0)
 		goto fail;
@@ -636,7 +699,7 @@ int nbd_conn_new(struct nbd_server *s, struct nbd_slot *slot, struct loop *loop,
 	/* A failure to watch the socket closes the connection: the flush hook
 	 * queued first frees it then, after this function is done with it. */
 	nbd_conn_kick(c);
-	conn_set_events(c);
+	nbd_conn_set_events(c);
 	return 0;
 
 fail:

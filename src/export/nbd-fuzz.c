@@ -22,7 +22,7 @@
 
 static struct {
 	struct loop *loop;
-	struct nbd_server *srv;
+	struct nbd_server *srv, *tls_srv; /* tls_srv: FORCEDTLS, credentials absent */
 	struct blk_node *ro, *rw;
 	bool ready, failed;
 } fz;
@@ -66,6 +66,13 @@ static int fuzz_init(void)
 		ret = nbd_server_add_export(fz.srv, &ro, err, sizeof(err));
 	if (!ret)
 		ret = nbd_server_add_export(fz.srv, &rw, err, sizeof(err));
+	/* STARTTLS then finds no credentials: the TLS handshake is not fuzzed,
+	 * everything around it is. */
+	cfg.tls_creds = "fuzz-tls";
+	if (!ret)
+		ret = nbd_server_new(&cfg, &fz.tls_srv);
+	if (!ret)
+		ret = nbd_server_add_export(fz.tls_srv, &ro, err, sizeof(err));
 	return ret;
 }
 
@@ -93,8 +100,9 @@ static void fuzz_drain_replies(int fd)
 		;
 }
 
-int nbd_fuzz_one(const uint8_t *data, size_t len)
+static int fuzz_run(bool tls, const uint8_t *data, size_t len)
 {
+	struct nbd_server *srv;
 	bool fed = false;
 	size_t off = 0;
 	int sv[2], i;
@@ -105,24 +113,35 @@ int nbd_fuzz_one(const uint8_t *data, size_t len)
 	}
 	if (!fz.ready)
 		return 0;
+	srv = tls ? fz.tls_srv : fz.srv;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
 		return 0;
-	if (nbd_server_attach_fd(fz.srv, fz.loop, sv[0]) < 0) {
+	if (nbd_server_attach_fd(srv, fz.loop, sv[0]) < 0) {
 		close(sv[1]);
 		return 0;
 	}
-	for (i = 0; i < FUZZ_MAX_ROUNDS && nbd_server_connections(fz.srv); i++) {
+	for (i = 0; i < FUZZ_MAX_ROUNDS && nbd_server_connections(srv); i++) {
 		if (!fed)
 			fed = fuzz_feed(sv[1], data, len, &off);
 		fuzz_drain_replies(sv[1]);
 		loop_run_once(fz.loop, false);
 	}
-	if (nbd_server_connections(fz.srv)) {
+	if (nbd_server_connections(srv)) {
 		log_err("nbd fuzz: connection still open after %d rounds", FUZZ_MAX_ROUNDS);
-		nbd_server_abort(fz.srv);
-		for (i = 0; i < FUZZ_ABORT_ROUNDS && nbd_server_connections(fz.srv); i++)
+		nbd_server_abort(srv);
+		for (i = 0; i < FUZZ_ABORT_ROUNDS && nbd_server_connections(srv); i++)
 			loop_run_once(fz.loop, false);
 	}
 	close(sv[1]);
 	return 0;
+}
+
+int nbd_fuzz_one(const uint8_t *data, size_t len)
+{
+	return fuzz_run(false, data, len);
+}
+
+int nbd_fuzz_tls_one(const uint8_t *data, size_t len)
+{
+	return fuzz_run(true, data, len);
 }

@@ -341,8 +341,48 @@ static int opt_flag(struct nbd_conn *c, uint32_t opt, uint32_t len)
 	return opt_reply(c, opt, NBD_REP_ACK, NULL, 0);
 }
 
+/* STARTTLS: the spec's rules for a server with TLS. */
+static int opt_starttls(struct nbd_conn *c, uint32_t len)
+{
+	int ret;
+
+	if (!c->srv->tls_creds)
+		return opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_UNSUP, "TLS is not supported");
+	if (c->tls_on) /* "MUST respond with NBD_REP_ERR_INVALID" */
+		return opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID,
+				 "TLS already negotiated");
+	if (len)
+		return opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_INVALID,
+				 "NBD_OPT_STARTTLS takes no data");
+	/* The client waits for our reply before its TLS handshake: anything
+	 * after the option would have to be plaintext, which nothing allows. */
+	if (c->rend != c->rpos)
+		return -EPROTO;
+	ret = nbd_tls_start(c);
+	if (ret < 0)
+		return opt_error(c, NBD_OPT_STARTTLS, NBD_REP_ERR_POLICY, "TLS is not available");
+	return opt_reply(c, NBD_OPT_STARTTLS, NBD_REP_ACK, NULL, 0);
+}
+
+/* FORCEDTLS: before TLS, only ABORT and STARTTLS; EXPORT_NAME cannot get an
+ * error reply, so it ends the session; everything else gets TLS_REQD. */
+static int tls_required(struct nbd_conn *c, uint32_t opt)
+{
+	if (opt == NBD_OPT_EXPORT_NAME) {
+		log_warn("nbd: client %s asked for an export before TLS", c->peer);
+		return -EACCES;
+	}
+	if (!c->tls_refused) /* once per connection: a client cannot flood the log */
+		log_info("nbd: client %s sent option %u without TLS: TLS is required", c->peer,
+			 opt);
+	c->tls_refused = true;
+	return opt_error(c, opt, NBD_REP_ERR_TLS_REQD, "TLS is required");
+}
+
 static int handle_option(struct nbd_conn *c, uint32_t opt, const uint8_t *data, uint32_t len)
 {
+	if (c->srv->tls_creds && !c->tls_on && opt != NBD_OPT_ABORT && opt != NBD_OPT_STARTTLS)
+		return tls_required(c, opt);
 	switch (opt) {
 	case NBD_OPT_EXPORT_NAME:
 		return opt_export_name(c, data, len);
@@ -362,7 +402,7 @@ static int handle_option(struct nbd_conn *c, uint32_t opt, const uint8_t *data, 
 	case NBD_OPT_SET_META_CONTEXT:
 		return opt_meta(c, opt, data, len);
 	case NBD_OPT_STARTTLS:
-		return opt_error(c, opt, NBD_REP_ERR_UNSUP, "TLS is not supported");
+		return opt_starttls(c, len);
 	default:
 		return opt_error(c, opt, NBD_REP_ERR_UNSUP, "unknown option");
 	}
@@ -408,7 +448,8 @@ int nbd_handshake_input(struct nbd_conn *c)
 {
 	int ret = 0;
 
-	while (!ret && c->state == NBD_CONN_OPEN && c->phase != NBD_PHASE_TRANSMISSION) {
+	while (!ret && c->state == NBD_CONN_OPEN && c->phase != NBD_PHASE_TRANSMISSION &&
+	       c->phase != NBD_PHASE_TLS) {
 		if (!nbd_conn_skip_input(c))
 			break;
 		/* A client that sends options without reading the replies

@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <gnutls/gnutls.h>
+
 #include "block/block.h"
 #include "export/nbd-proto.h"
 #include "export/nbd-server.h"
@@ -107,6 +109,7 @@ struct nbd_server {
 	struct loop **loops;
 	unsigned nloops;
 	unsigned max_connections;
+	char *tls_creds, *tls_authz; /* object ids; NULL: no TLS, no authz */
 	/* Changed by the main thread at any time, read by the connections'
 	 * loops in the handshake; both under exports_lock. */
 	pthread_mutex_t exports_lock;
@@ -115,6 +118,7 @@ struct nbd_server {
 	struct nbd_slot slots[LOOP_MAX_THREADS];
 
 	atomic_uint nconns;
+	atomic_uint tls_conns[2]; /* TLS connections by record layer: GnuTLS, kernel */
 	atomic_uint pending_msgs; /* drain/abort messages not yet run by their loop */
 	atomic_bool draining;
 	atomic_bool drained_sent;
@@ -184,6 +188,8 @@ struct nbd_req {
  *
  *   phase   CLIENT_FLAGS --4 bytes--> OPTIONS --EXPORT_NAME/GO--> TRANSMISSION
  *           (nbd-handshake.c; 30 s deadline: c->timer)       (nbd-transmit.c)
+ *                      OPTIONS --STARTTLS--> TLS --handshake--> OPTIONS
+ *                      (nbd-tls.c: the deadline covers the TLS handshake)
  *
  *   state   OPEN --NBD_CMD_DISC, EOF, server drain (transmission)--> DRAIN
  *           OPEN, DRAIN --protocol violation, socket error, drain before
@@ -206,6 +212,7 @@ struct nbd_req {
 enum nbd_phase {
 	NBD_PHASE_CLIENT_FLAGS = 0,
 	NBD_PHASE_OPTIONS,
+	NBD_PHASE_TLS, /* STARTTLS acknowledged: the TLS handshake (nbd-tls.c) */
 	NBD_PHASE_TRANSMISSION,
 };
 
@@ -277,6 +284,28 @@ struct nbd_conn {
 	struct msghdr rx_msg;
 	struct iovec rx_iov[2];
 
+	/* TLS (nbd-tls.c). tls: the session from STARTTLS on; tls_on once its
+	 * handshake succeeded: every byte then goes through it (never the
+	 * ring). Output is copied into tls_obuf, bytes [tls_ooff, tls_olen) not
+	 * yet taken by GnuTLS (large pieces go from the queue itself); tls_again:
+	 * a record send must be called again. */
+	gnutls_session_t tls;
+	struct tls_creds *tls_creds;
+	bool tls_on, tls_again, tls_reading;
+	bool tls_direct;   /* the record in GnuTLS is queue bytes, not tls_obuf's */
+	bool tls_refused;  /* an option got NBD_REP_ERR_TLS_REQD (logged once) */
+	int tls_layer;     /* -1, or the srv->tls_conns counter it holds */
+	uint32_t tls_want; /* handshake: EPOLLIN or EPOLLOUT */
+	uint8_t *tls_obuf;
+	size_t tls_ooff, tls_olen;
+	/* After the handshake GnuTLS reads and writes through these: received
+	 * ciphertext [tls_ipos, tls_iend) of tls_ibuf, and records made
+	 * [tls_coff, tls_clen) of tls_cbuf not yet sent, so that one recv and
+	 * one send carry many records. */
+	uint8_t *tls_ibuf, *tls_cbuf;
+	size_t tls_ipos, tls_iend, tls_coff, tls_clen;
+	char peer[64]; /* the client's address, for the log */
+
 	/* Transmission. */
 	struct nbd_req *all_reqs, **free_reqs;
 	unsigned nreqs, nfree;
@@ -319,6 +348,32 @@ bool nbd_conn_skip_input(struct nbd_conn *c);
  * -errno; the input is parsed. */
 int nbd_conn_rx_iov(struct nbd_conn *c, struct iovec *iov);
 void nbd_conn_received(struct nbd_conn *c, const struct iovec *iov, int cnt, ssize_t n);
+
+/* Arm the socket for what the connection waits for now. */
+void nbd_conn_set_events(struct nbd_conn *c);
+/* The output queued (hbuf, then replies) as an iovec of at most NBD_SEND_IOV
+ * entries, and taking n bytes of it as sent. */
+int nbd_conn_gather(struct nbd_conn *c, struct iovec *iov, size_t *total);
+void nbd_conn_consume(struct nbd_conn *c, size_t n);
+/* Nothing is left to send. */
+bool nbd_conn_out_empty(const struct nbd_conn *c);
+
+/* nbd-tls.c. STARTTLS was acknowledged (the ACK is in hbuf): set up the
+ * session; the handshake runs once the ACK is sent. 0 or -errno (close). */
+int nbd_tls_start(struct nbd_conn *c);
+/* Drive the handshake (from the fd handler and the flush hook). */
+void nbd_tls_handshake(struct nbd_conn *c);
+/* After the handshake, the record layer: read what is there (socket and
+ * GnuTLS's buffer) into the input, and send what is queued. */
+void nbd_tls_read(struct nbd_conn *c);
+void nbd_tls_send(struct nbd_conn *c);
+/* Input GnuTLS holds that no socket event will announce. */
+bool nbd_tls_pending(const struct nbd_conn *c);
+/* The socket is about to close: when everything was sent, tell the client
+ * with a TLS close_notify (best effort, never waits). */
+void nbd_tls_bye(struct nbd_conn *c);
+/* The connection is freed: end the session. */
+void nbd_tls_end(struct nbd_conn *c);
 
 /* nbd-ring.c */
 void nbd_ring_start(struct nbd_conn *c);

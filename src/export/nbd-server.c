@@ -75,6 +75,13 @@ int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out)
 	s->main_loop = cfg->main_loop;
 	s->max_connections = cfg->max_connections;
 	s->budget = cfg->budget;
+	if ((cfg->tls_creds && !(s->tls_creds = strdup(cfg->tls_creds))) ||
+	    (cfg->tls_authz && !(s->tls_authz = strdup(cfg->tls_authz)))) {
+		free(s->tls_creds);
+		free(s->loops);
+		free(s);
+		return -ENOMEM;
+	}
 	s->drained_msg.cb = drained_cb;
 	pthread_mutex_init(&s->exports_lock, NULL);
 	for (i = 0; i < n; i++)
@@ -360,6 +367,18 @@ unsigned nbd_server_connections(const struct nbd_server *s)
 	return atomic_load(&s->nconns);
 }
 
+void nbd_server_tls_counts(const struct nbd_server *s, unsigned *gnutls, unsigned *kernel)
+{
+	*gnutls = atomic_load(&s->tls_conns[0]);
+	*kernel = atomic_load(&s->tls_conns[1]);
+}
+
+void nbd_server_tls_ids(const struct nbd_server *s, const char **creds, const char **authz)
+{
+	*creds = s->tls_creds;
+	*authz = s->tls_authz;
+}
+
 /* ---- listening ---------------------------------------------------------- */
 
 static int add_listener(struct nbd_server *s, int fd, struct unix_listener *unix_l)
@@ -621,6 +640,8 @@ void nbd_server_free(struct nbd_server *s)
 		export_free(e);
 	}
 	pthread_mutex_destroy(&s->exports_lock);
+	free(s->tls_creds);
+	free(s->tls_authz);
 	free(s->loops);
 	free(s);
 }

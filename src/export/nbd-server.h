@@ -33,6 +33,11 @@ struct nbd_server_config {
 	/* Bound on request buffer bytes in flight, shared with other servers
 	 * (NULL: none beyond the per-connection one). */
 	struct nbd_budget *budget;
+	/* TLS (nbd-tls.c): the ids of a tls-creds object with a server endpoint
+	 * and of an authz object (NULL: none), looked up at each STARTTLS, so
+	 * objects replaced under the same id serve new connections. With
+	 * tls_creds set, clients must negotiate TLS before anything else. */
+	const char *tls_creds, *tls_authz;
 };
 
 /* A daemon-wide bound of `limit` bytes on request buffers (READ data, WRITE
@@ -112,6 +117,11 @@ void nbd_server_drain(struct nbd_server *s, void (*done)(void *opaque), void *op
  * replies are discarded). Use after a drain took too long. */
 void nbd_server_abort(struct nbd_server *s);
 unsigned nbd_server_connections(const struct nbd_server *s);
+/* TLS connections open now whose record layer is GnuTLS's, and the kernel's
+ * (kTLS). Any thread. */
+void nbd_server_tls_counts(const struct nbd_server *s, unsigned *gnutls, unsigned *kernel);
+/* Its tls-creds and tls-authz ids (NULL: none). */
+void nbd_server_tls_ids(const struct nbd_server *s, const char **creds, const char **authz);
 /* Main thread, no connection left and no message of ours pending in a loop:
  * after the drain callback ran, or once the loops are gone. */
 void nbd_server_free(struct nbd_server *s);
@@ -121,5 +131,8 @@ void nbd_server_free(struct nbd_server *s);
  * (exports "null", read-only, and "rw", writable). Never crashes, leaks or
  * hangs on any input; returns 0. */
 int nbd_fuzz_one(const uint8_t *data, size_t len);
+/* The same against a server in TLS-only mode (FORCEDTLS) whose credentials
+ * are missing: the option rules before TLS and a STARTTLS refused. */
+int nbd_fuzz_tls_one(const uint8_t *data, size_t len);
 
 #endif

@@ -1,0 +1,364 @@
+/* NBD over TLS: the session a STARTTLS sets up, its handshake driven by the
+ * connection's fd handler without blocking the loop, the check of the
+ * client's certificate or PSK identity against the server's authz object,
+ * and then the record layer for every byte of the connection.
+ *
+ * The record layer is GnuTLS's, on the connection's loop: gnutls_record_recv
+ * into the same input buffer (and pending write's buffer) a plain recv
+ * fills, so parsing is unchanged; replies are copied from the output queue
+ * into tls_obuf (large READ data is not) and made into records of up to
+ * 16 KiB. After the handshake GnuTLS's transport is ours: it pulls
+ * ciphertext from tls_ibuf, which one recv fills, and pushes records into
+ * tls_cbuf, which one send empties, so a round of requests and replies costs
+ * a recv and a send as without TLS, not two calls per record. The io_uring receive
+ * (nbd-ring.c) stays off for these connections: it would hand us ciphertext.
+ * When GnuTLS moves the keys into the kernel (kTLS, logged per connection),
+ * the same calls go through the kernel's record layer.
+ *
+ * Threading: runs on the connection's loop. */
+#include <errno.h>
+#include <gnutls/socket.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "export/nbd-int.h"
+#include "util/log.h"
+#include "util/tls.h"
+
+#define NBD_TLS_OBUF (64u << 10)   /* small plaintext pieces staged for GnuTLS */
+#define NBD_TLS_READS 64           /* records read per readiness event, at most */
+#define NBD_TLS_DIRECT (16u << 10) /* output pieces this large are sent without a copy */
+#define NBD_TLS_IBUF (64u << 10)   /* ciphertext read at once */
+#define NBD_TLS_CBUF (256u << 10)  /* records made, sent at once */
+
+int nbd_tls_start(struct nbd_conn *c)
+{
+	char err[256];
+	int ret;
+
+	c->tls_creds = tls_creds_get(c->srv->tls_creds);
+	if (!c->tls_creds) {
+		log_warn("nbd: TLS client %s: no TLS credentials with id '%s'", c->peer,
+			 c->srv->tls_creds);
+		return -ENOENT;
+	}
+	c->tls_obuf = malloc(NBD_TLS_OBUF);
+	ret = c->tls_obuf ? tls_session_new(c->tls_creds, c->fd, &c->tls, err, sizeof(err))
+			  : -ENOMEM;
+	if (ret < 0) {
+		log_warn("nbd: TLS client %s: %s", c->peer, ret == -ENOMEM ? "out of memory" : err);
+		nbd_tls_end(c); /* the client may ask again */
+		return ret;
+	}
+	c->tls_want = EPOLLIN;
+	c->phase = NBD_PHASE_TLS;
+	return 0;
+}
+
+/* GnuTLS's transport after the handshake (tls_ibuf, tls_cbuf). */
+static ssize_t tls_pull(gnutls_transport_ptr_t p, void *data, size_t len)
+{
+	struct nbd_conn *c = p;
+	ssize_t n;
+
+	if (c->tls_ipos == c->tls_iend) {
+		n = recv(c->fd, c->tls_ibuf, NBD_TLS_IBUF, MSG_DONTWAIT);
+		if (n <= 0) {
+			gnutls_transport_set_errno(c->tls, n < 0 ? errno : 0);
+			return n;
+		}
+		c->tls_ipos = 0;
+		c->tls_iend = (size_t)n;
+	}
+	if (len > c->tls_iend - c->tls_ipos)
+		len = c->tls_iend - c->tls_ipos;
+	memcpy(data, c->tls_ibuf + c->tls_ipos, len);
+	c->tls_ipos += len;
+	return (ssize_t)len;
+}
+
+static ssize_t tls_push(gnutls_transport_ptr_t p, const void *data, size_t len)
+{
+	struct nbd_conn *c = p;
+
+	if (len > NBD_TLS_CBUF - c->tls_clen) {
+		gnutls_transport_set_errno(c->tls, EAGAIN); /* send what is there first */
+		return -1;
+	}
+	memcpy(c->tls_cbuf + c->tls_clen, data, len);
+	c->tls_clen += len;
+	return (ssize_t)len;
+}
+
+static int tls_own_transport(struct nbd_conn *c)
+{
+	c->tls_ibuf = malloc(NBD_TLS_IBUF);
+	c->tls_cbuf = malloc(NBD_TLS_CBUF);
+	if (!c->tls_ibuf || !c->tls_cbuf)
+		return -ENOMEM;
+	gnutls_transport_set_ptr(c->tls, c);
+	gnutls_transport_set_pull_function(c->tls, tls_pull);
+	gnutls_transport_set_push_function(c->tls, tls_push);
+	return 0;
+}
+
+/* The handshake is done: is this client allowed in? */
+static int tls_admit(struct nbd_conn *c)
+{
+	char id[1024], err[1280];
+	struct tls_authz *az = NULL;
+	char *desc;
+	int ret;
+
+	if (c->srv->tls_authz && !(az = tls_authz_get(c->srv->tls_authz))) {
+		log_warn("nbd: TLS client %s refused: Cannot find QAuthZ object '%s'", c->peer,
+			 c->srv->tls_authz);
+		return -EACCES;
+	}
+	ret = tls_session_check(c->tls, c->tls_creds, az, id, sizeof(id), err, sizeof(err));
+	tls_authz_put(az);
+	if (ret < 0) {
+		log_warn("nbd: TLS client %s refused: %s", c->peer, err);
+		return ret;
+	}
+	/* Both directions in the kernel, or it is GnuTLS's loop doing the work. */
+	c->tls_layer = gnutls_transport_is_ktls_enabled(c->tls) == GNUTLS_KTLS_DUPLEX;
+	atomic_fetch_add(&c->srv->tls_conns[c->tls_layer], 1);
+	desc = gnutls_session_get_desc(c->tls);
+	log_info("nbd: TLS client %s%s%s: %s, record layer: %s", c->peer, id[0] ? " " : "", id,
+		 desc ? desc : "?", tls_session_record_layer(c->tls));
+	gnutls_free(desc);
+	return 0;
+}
+
+void nbd_tls_handshake(struct nbd_conn *c)
+{
+	int ret, i;
+
+	if (c->state != NBD_CONN_OPEN || c->phase != NBD_PHASE_TLS || !nbd_conn_out_empty(c))
+		return; /* the STARTTLS reply goes out in plaintext first */
+	for (i = 0; i < 8; i++) {
+		ret = gnutls_handshake(c->tls);
+		if (ret >= 0 || gnutls_error_is_fatal(ret) || ret == GNUTLS_E_AGAIN)
+			break;
+	}
+	if (ret == GNUTLS_E_AGAIN || (ret < 0 && !gnutls_error_is_fatal(ret))) {
+		c->tls_want = gnutls_record_get_direction(c->tls) ? EPOLLOUT : EPOLLIN;
+		nbd_conn_set_events(c);
+		return;
+	}
+	if (ret < 0) {
+		log_warn("nbd: TLS handshake with %s failed: %s", c->peer, gnutls_strerror(ret));
+		nbd_conn_close(c, NULL);
+		return;
+	}
+	if (tls_admit(c) < 0 || tls_own_transport(c) < 0) {
+		nbd_conn_close(c, NULL);
+		return;
+	}
+	c->tls_on = true;
+	c->phase = NBD_PHASE_OPTIONS;
+	nbd_conn_set_events(c);
+	if (nbd_tls_pending(c))
+		nbd_tls_read(c);
+}
+
+bool nbd_tls_pending(const struct nbd_conn *c)
+{
+	return c->tls_on && c->state == NBD_CONN_OPEN &&
+	       (c->tls_ipos < c->tls_iend || gnutls_record_check_pending(c->tls) > 0);
+}
+
+/* One record (or what fits of it) into the input; false: stop reading. */
+static bool tls_read_one(struct nbd_conn *c)
+{
+	struct iovec iov[2];
+	int cnt = nbd_conn_rx_iov(c, iov);
+	ssize_t n;
+
+	if (!cnt) {
+		nbd_conn_close(c, "input buffer full");
+		return false;
+	}
+	n = gnutls_record_recv(c->tls, iov[0].iov_base, iov[0].iov_len);
+	if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+		return false;
+	if (n == GNUTLS_E_PREMATURE_TERMINATION)
+		n = 0; /* the socket ended without a TLS close: end of input all the same */
+	if (n < 0 && !gnutls_error_is_fatal((int)n))
+		return true; /* a warning alert, a renegotiation request: ignored */
+	if (n < 0) {
+		log_warn("nbd: TLS error from %s: %s", c->peer, gnutls_strerror((int)n));
+		nbd_conn_close(c, "TLS error");
+		return false;
+	}
+	/* Bytes land in iov[0] first, as nbd_conn_received() counts them. */
+	nbd_conn_received(c, iov, cnt, n);
+	return nbd_tls_pending(c);
+}
+
+void nbd_tls_read(struct nbd_conn *c)
+{
+	int i;
+
+	if (c->tls_reading || c->in_parse)
+		return;
+	c->tls_reading = true;
+	nbd_conn_get(c);
+	for (i = 0; i < NBD_TLS_READS; i++) {
+		if (c->state != NBD_CONN_OPEN || c->in_blocked || c->mem_waiting ||
+		    !tls_read_one(c))
+			break;
+	}
+	c->tls_reading = false;
+	/* Bytes already read from the socket: no event will come for them, so
+	 * the flush hook reads on (after this round's replies go out). */
+	if (i == NBD_TLS_READS && nbd_tls_pending(c))
+		nbd_conn_kick(c);
+	nbd_conn_set_events(c);
+	nbd_conn_put(c);
+}
+
+/* Copy what is queued into tls_obuf, up to the next large piece (READ data
+ * of 16 KiB or more), which goes out from where it is: *direct gets it
+ * when it comes first. false when nothing is queued. */
+static bool tls_fill(struct nbd_conn *c, struct iovec *direct)
+{
+	static __thread struct iovec iov[NBD_SEND_IOV];
+	size_t total, k = 0, m;
+	int cnt = nbd_conn_gather(c, iov, &total), i;
+
+	direct->iov_len = 0;
+	if (cnt && iov[0].iov_len >= NBD_TLS_DIRECT) {
+		*direct = iov[0];
+		return true;
+	}
+	for (i = 0; i < cnt && k < NBD_TLS_OBUF && iov[i].iov_len < NBD_TLS_DIRECT; i++) {
+		m = iov[i].iov_len < NBD_TLS_OBUF - k ? iov[i].iov_len : NBD_TLS_OBUF - k;
+		memcpy(c->tls_obuf + k, iov[i].iov_base, m);
+		k += m;
+	}
+	c->tls_ooff = 0;
+	c->tls_olen = k; /* before consuming: output is not empty yet */
+	if (k)
+		nbd_conn_consume(c, k);
+	return k > 0;
+}
+
+/* A record of n bytes went out: from tls_obuf, or straight from the queue. */
+static void tls_sent(struct nbd_conn *c, size_t n)
+{
+	c->tls_again = false;
+	if (c->tls_direct) {
+		c->tls_direct = false;
+		nbd_conn_consume(c, n);
+	} else {
+		c->tls_ooff += n;
+	}
+}
+
+/* Send the records made; false when the connection closed. A short send
+ * leaves the rest for EPOLLOUT. */
+static bool tls_flush(struct nbd_conn *c)
+{
+	ssize_t n;
+
+	while (c->tls_coff < c->tls_clen) {
+		n = send(c->fd, c->tls_cbuf + c->tls_coff, c->tls_clen - c->tls_coff,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN) {
+			nbd_conn_close(c, errno == EPIPE || errno == ECONNRESET ? "client went away"
+										: "send failed");
+			return false;
+		}
+		if (n < 0) {
+			c->out_blocked = true;
+			return true;
+		}
+		c->tls_coff += (size_t)n;
+	}
+	c->tls_coff = c->tls_clen = 0;
+	return true;
+}
+
+/* Make records of what is queued into tls_cbuf, until half of it is used
+ * (or it is full: tls_again). Pieces sent straight from the queue stay
+ * queued until GnuTLS took them (tls_direct): it encrypts a record into
+ * its own buffer, so the call again with NULL, 0 needs none of our bytes.
+ * false: nothing was made, or the connection closed. */
+static bool tls_make_records(struct nbd_conn *c)
+{
+	struct iovec d = {NULL, 0};
+	bool made = false;
+	ssize_t n;
+
+	while (c->state != NBD_CONN_CLOSED && c->tls_clen < NBD_TLS_CBUF / 2) {
+		if (!c->tls_again && c->tls_ooff == c->tls_olen && !tls_fill(c, &d))
+			break;
+		if (c->tls_again)
+			n = gnutls_record_send(c->tls, NULL, 0);
+		else if (d.iov_len)
+			n = gnutls_record_send(c->tls, d.iov_base, d.iov_len);
+		else
+			n = gnutls_record_send(c->tls, c->tls_obuf + c->tls_ooff,
+					       c->tls_olen - c->tls_ooff);
+		c->tls_direct = c->tls_direct || d.iov_len;
+		d.iov_len = 0;
+		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
+			c->tls_again = true;
+			return true; /* tls_cbuf is full: send it */
+		}
+		if (n < 0) {
+			log_warn("nbd: TLS send to %s failed: %s", c->peer,
+				 gnutls_strerror((int)n));
+			nbd_conn_close(c, "send failed");
+			return false;
+		}
+		tls_sent(c, (size_t)n);
+		made = true;
+	}
+	return made;
+}
+
+void nbd_tls_send(struct nbd_conn *c)
+{
+	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
+		if (!tls_flush(c))
+			return;
+		if (c->out_blocked || !tls_make_records(c))
+			break;
+	}
+	/* Every record made has been through tls_flush(): sent, or waiting. */
+	if (c->state != NBD_CONN_CLOSED)
+		nbd_conn_set_events(c);
+}
+
+void nbd_tls_bye(struct nbd_conn *c)
+{
+	if (!c->tls_on || !nbd_conn_out_empty(c))
+		return;
+	/* Our push function takes the alert; one send, whatever it does. */
+	if (gnutls_bye(c->tls, GNUTLS_SHUT_WR) == 0 && c->tls_clen)
+		(void)!send(c->fd, c->tls_cbuf, c->tls_clen, MSG_NOSIGNAL | MSG_DONTWAIT);
+	c->tls_coff = c->tls_clen = 0;
+}
+
+void nbd_tls_end(struct nbd_conn *c)
+{
+	if (c->tls_layer >= 0)
+		atomic_fetch_sub(&c->srv->tls_conns[c->tls_layer], 1);
+	c->tls_layer = -1;
+	if (c->tls)
+		gnutls_deinit(c->tls);
+	c->tls = NULL;
+	c->tls_on = false;
+	tls_creds_put(c->tls_creds);
+	c->tls_creds = NULL;
+	free(c->tls_obuf);
+	free(c->tls_ibuf);
+	free(c->tls_cbuf);
+	c->tls_obuf = c->tls_ibuf = c->tls_cbuf = NULL;
+}
