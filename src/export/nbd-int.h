@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include <gnutls/gnutls.h>
+#include "util/gnutls-dl.h"
 
 #include "block/block.h"
 #include "export/nbd-proto.h"

@@ -17,7 +17,6 @@
  *
  * Threading: runs on the connection's loop. */
 #include <errno.h>
-#include <gnutls/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>

@@ -5,8 +5,6 @@
  * by reg_lock; an object's other fields are immutable once registered. */
 #include <errno.h>
 #include <fnmatch.h>
-#include <gnutls/socket.h>
-#include <gnutls/x509.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +322,9 @@ int tls_creds_add(const struct tls_creds_config *cfg, char *err, size_t errlen)
 	c->verify_peer = cfg->verify_peer && !cfg->psk;
 	if (cfg->priority && !(c->priority = strdup(cfg->priority)))
 		goto fail;
+	/* GnuTLS is mapped from the first credentials on (util/gnutls-dl.h). */
+	if (cfg->server && (ret = gnutls_dl_load(err, errlen)) < 0)
+		goto fail_msg;
 	/* A client endpoint has no use in a server: kept, never loaded. */
 	ret = !cfg->server ? 0
 	      : cfg->psk   ? load_psk(c, cfg, err, errlen)

@@ -8,7 +8,7 @@
 #ifndef IOPLANE_UTIL_TLS_H
 #define IOPLANE_UTIL_TLS_H
 
-#include <gnutls/gnutls.h>
+#include "util/gnutls-dl.h"
 #include <stdbool.h>
 #include <stddef.h>
 

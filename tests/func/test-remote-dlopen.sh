@@ -1,8 +1,8 @@
 #!/bin/bash
-# librbd/librados and libnbd are loaded only when an rbd or nbd node is first opened: an
-# idle daemon maps none of them (nor libstdc++ and gnutls, which they pull in), and
-# nodes of both drivers still open at runtime over QMP, serve data, and load only their
-# own library.
+# librbd/librados and libnbd are loaded only when an rbd or nbd node is first opened, and
+# GnuTLS when the first TLS credentials are made: an idle daemon maps none of them (nor
+# libstdc++, which they pull in); TLS credentials, and nodes of both drivers, still come
+# up at runtime over QMP, serve data, and load only their own library.
 . "$(dirname "$0")/nbdc-lib.sh"
 . "$(dirname "$0")/lib-ceph.sh"
 
@@ -29,6 +29,14 @@ is_sanitized || libs+=('libstdc\+\+')
 for lib in "${libs[@]}"; do
 	! maps_has "/$lib\\.so" || fail "an idle daemon maps $lib"
 done
+
+# TLS credentials: GnuTLS comes in (src/util/gnutls-dl.c), and nothing else.
+mkdir -p "$T/psk"
+echo "alice:0123456789abcdef0123456789abcdef" >"$T/psk/keys.psk"
+"${Q[@]}" object-add qom-type=tls-creds-psk id=tls0 dir="$T/psk" endpoint=server >/dev/null ||
+	fail "object-add tls-creds-psk"
+maps_has '/libgnutls\.so' || fail "libgnutls is not mapped after TLS credentials were made"
+! maps_has '/libnbd\.so' || fail "TLS credentials mapped libnbd"
 
 # An nbd node: libnbd comes in, librbd stays out.
 nbdc_nbdkit "$T/kit.sock" memory 8M
