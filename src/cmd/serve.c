@@ -24,6 +24,7 @@
 
 #include "block/block.h"
 #include "block/graph.h"
+#include "block/throttle-group.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
 #include "cmd/serve-monitor.h"
@@ -878,6 +879,7 @@ static void serve_teardown(struct serve *sv, int *status)
 	sv->qsd = NULL;
 	close_images(sv, status);
 	qmp_block_close_all(); /* the nodes of blockdev-add */
+	throttle_group_free_all(); /* no throttle node is left */
 	if (sv->sig_h.fd > 0) {
 		loop_fd_del(sv->main_loop, &sv->sig_h);
 		close(sv->sig_h.fd);

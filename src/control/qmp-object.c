@@ -1,5 +1,6 @@
 /* iothread objects: --object iothread,..., object-add, object-del,
- * query-iothreads (see qmp-object.h). Messages are qemu-storage-daemon
+ * query-iothreads (see qmp-object.h); throttle-group objects are
+ * qmp-throttle.c's, reached from here. Messages are qemu-storage-daemon
  * 7.2's; query-iothreads, which qsd lacks, has QEMU's reply shape.
  *
  * THREADING RULE: main thread only. */
@@ -10,7 +11,9 @@
 #include <string.h>
 
 #include "control/qmp-object.h"
+#include "control/qmp-throttle.h"
 #include "control/qmp.h"
+#include "block/throttle-group.h"
 #include "control/schema.h"
 #include "loop/iothread.h"
 #include "util/log.h"
@@ -33,15 +36,16 @@ static void *detach_arg;
 
 /* ---- schema ------------------------------------------------------------- */
 
-static const struct qapi_type object_type = QAPI_ENUM_TYPE("ObjectType", "iothread");
+static const struct qapi_type object_type =
+	QAPI_ENUM_TYPE("ObjectType", "iothread", "throttle-group");
 static const struct qapi_type iothread_props = QAPI_OBJECT_TYPE(
 	"IothreadProperties",
 	QAPI_MEMBERS(QAPI_OPT("poll-max-ns", &qapi_int), QAPI_OPT("poll-grow", &qapi_int),
 		     QAPI_OPT("poll-shrink", &qapi_int), QAPI_OPT("aio-max-batch", &qapi_int)));
-const struct qapi_type qmp_object_options =
-	QAPI_UNION_TYPE("ObjectOptions",
-			QAPI_MEMBERS(QAPI_REQ("qom-type", &object_type), QAPI_REQ("id", &qapi_str)),
-			"qom-type", {"iothread", &iothread_props});
+const struct qapi_type qmp_object_options = QAPI_UNION_TYPE(
+	"ObjectOptions",
+	QAPI_MEMBERS(QAPI_REQ("qom-type", &object_type), QAPI_REQ("id", &qapi_str)), "qom-type",
+	{"iothread", &iothread_props}, {"throttle-group", &qmp_throttle_group_props});
 static const struct qapi_type object_del_args =
 	QAPI_OBJECT_TYPE("q_obj_object-del-arg", QAPI_MEMBERS(QAPI_REQ("id", &qapi_str)));
 static const struct qapi_type iothread_info = QAPI_OBJECT_TYPE(
@@ -119,6 +123,19 @@ static int object_new(const char *id, const int64_t v[4], bool explicit_poll, ch
 	return 0;
 }
 
+bool qmp_object_exists(const char *id)
+{
+	return find(id) || throttle_group_find(id);
+}
+
+/* One namespace for every object, as QEMU's /objects. */
+static int duplicate(const char *id, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "attempt to add duplicate property '%s' to object (type 'container')",
+		 id);
+	return -EEXIST;
+}
+
 int qmp_object_add(const json_t *args, char *err, size_t errlen)
 {
 	const char *id = qapi_get_str(args, "id");
@@ -129,14 +146,13 @@ int qmp_object_add(const json_t *args, char *err, size_t errlen)
 		snprintf(err, errlen, "Parameter 'id' expects an identifier");
 		return -EINVAL;
 	}
+	if (!strcmp(qapi_get_str(args, "qom-type"), "throttle-group"))
+		return find(id) ? duplicate(id, err, errlen) : qmp_throttle_add(args, err, errlen);
 	ret = check_props(args, v, err, errlen);
 	if (ret < 0)
 		return ret;
-	if (find(id)) {
-		snprintf(err, errlen,
-			 "attempt to add duplicate property '%s' to object (type 'container')", id);
-		return -EEXIST;
-	}
+	if (qmp_object_exists(id))
+		return duplicate(id, err, errlen);
 	return object_new(id, v, qapi_has(args, "poll-max-ns"), err, errlen);
 }
 
@@ -248,10 +264,16 @@ static void object_del_cmd(struct qmp_req *req, json_t *args)
 	const char *id = qapi_get_str(args, "id");
 	struct qobj **pp, *o;
 
+	char err[256];
+
 	for (pp = &objects; (o = *pp) && strcmp(o->id, id); pp = &o->next)
 		;
 	if (!o) {
-		qmp_error(req, QMP_ERR_GENERIC, "object '%s' not found", id);
+		/* A throttle group in use by a throttle node stays. */
+		if (throttle_group_del(id, err, sizeof(err)) < 0)
+			qmp_error(req, QMP_ERR_GENERIC, "%s", err);
+		else
+			qmp_return(req, NULL);
 		return;
 	}
 	/* qsd 7.2 deletes an iothread that a block node still runs on. */
@@ -301,5 +323,5 @@ int qmp_object_register(void)
 		if (ret < 0 && ret != -EEXIST)
 			return ret;
 	}
-	return 0;
+	return qmp_throttle_register();
 }
