@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "block/block-int.h"
+#include "util/trace.h"
 
 /* ---- driver registry ---- */
 
@@ -342,6 +343,7 @@ static inline __attribute__((always_inline)) int submit_checked(struct blk_node 
 	req->core.st = st;
 	req->core.flags = 0;
 	req->core.start_tsc = clock_ticks();
+	IOPLANE_TRACE(blk_submit, bs->name, req, req->op, req->offset, req->len);
 	if (unlikely(route == BLK_ROUTE_CORE))
 		ret = blk_submit_slow(bs, req);
 	else if (unlikely(blk_needs_align(bs)))

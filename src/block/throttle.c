@@ -21,6 +21,7 @@
 #include "loop/loop.h"
 #include "util/compiler.h"
 #include "util/opts.h"
+#include "util/trace.h"
 
 #define THR_QUEUE_MIN 64
 
@@ -76,6 +77,7 @@ static void thr_pop(struct thr_thread *t, struct thr_queue *q, uint64_t now)
 {
 	struct thr_wait *w = &q->ring[q->head];
 
+	IOPLANE_TRACE(throttle_wait_end, t->bs->name, w->req, now - w->since_ns);
 	t->st->throttle_waits++;
 	t->st->throttle_wait_ns += now > w->since_ns ? now - w->since_ns : 0;
 	q->head = (q->head + 1) % q->cap;
@@ -153,6 +155,7 @@ static int thr_submit(struct blk_node *bs, struct blk_request *req)
 		if (!loop_timer_armed(&t->timer) || t->timer.deadline_ns > now + wait)
 			loop_timer_arm(t->loop, &t->timer, now + wait);
 	}
+	IOPLANE_TRACE(throttle_wait_begin, bs->name, req, w);
 	return thr_push(&t->q[w], req, now);
 }
 

@@ -38,6 +38,7 @@
 #include "util/compiler.h"
 #include "util/log.h"
 #include "util/unix-listener.h"
+#include "util/trace.h"
 
 #define VUB_POOL_MAX 256 /* request slots per queue (fewer: chains wait in avail) */
 #define VUB_RUN_ROUNDS 4 /* disable/process/enable cycles before deferring */
@@ -284,6 +285,7 @@ static void vub_notifier_prepare(struct vub_notifier *n)
  * anyway (no system call of its own). */
 static void vub_notify(struct vub_queue *q)
 {
+	IOPLANE_TRACE(vu_call, q->exp->name, q->idx);
 	vub_signal(&q->call);
 }
 
@@ -413,6 +415,7 @@ static void vub_kick_cb(struct loop_fd *h, uint32_t revents)
 	struct iovec iov = {&v, sizeof(v)};
 
 	(void)revents;
+	IOPLANE_TRACE(vu_kick, q->exp->name, q->idx);
 	/* RWF_NOWAIT: the front-end may read its kick eventfd itself, and a
 	 * plain read() would then wait for its next kick. */
 	if (preadv2(h->fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno != EAGAIN)
