@@ -220,13 +220,17 @@ static const struct qapi_type qom_set_args =
 			 QAPI_MEMBERS(QAPI_REQ("path", &qapi_str), QAPI_REQ("property", &qapi_str),
 				      QAPI_REQ("value", &qapi_any)));
 
-/* A path that names no throttle group: QEMU's reply for no object at all,
- * and a plain refusal for the objects whose properties are not here. */
+/* A path that names no throttle group: QEMU's reply for no object at all;
+ * an iothread's properties are read with query-iothreads and not set at
+ * run time (QEMU sets its poll-* ones): say so rather than not finding it. */
 static void not_a_group(struct qmp_req *req, const char *path)
 {
 	if (qmp_object_exists(path_id(path)))
-		qmp_error(req, QMP_ERR_GENERIC, "object '%s' has no properties over QOM",
-			  path_id(path));
+		qmp_error(
+			req, QMP_ERR_GENERIC,
+			"object '%s' is an iothread: qom-get and qom-set are for throttle groups; "
+			"see query-iothreads",
+			path_id(path));
 	else
 		qmp_error(req, QMP_ERR_DEVICE_NOT_FOUND, "Device '%s' not found", path);
 }
