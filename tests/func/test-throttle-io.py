@@ -18,7 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _qmp import WAIT_S, Daemon, fail, skip  # noqa: E402
 
-FIO_S = 4
+FIO_S = 6
 
 
 def fio(sock, name):
@@ -43,6 +43,18 @@ def node_stats(c, name):
     fail('no blockstats for %s' % name)
 
 
+def wait_load(c, jobs):
+    """Until both fio runs have requests queued in the throttle nodes (bounded)."""
+    deadline = time.monotonic() + 3 * WAIT_S
+    while time.monotonic() < deadline:
+        if any(j.poll() is not None for j in jobs):
+            fail('fio ended before the load began: %s' % jobs[0].communicate()[1][-2000:])
+        if all(node_stats(c, t)['x-ioplane']['throttle-waits'] for t in ('t0', 't1')):
+            return
+        time.sleep(0.1)
+    fail('no request waited in both throttle nodes within %d s' % (3 * WAIT_S))
+
+
 def main():
     if not shutil.which('fio'):
         skip('fio is not installed')
@@ -64,12 +76,7 @@ def main():
         try:
             c = d.client().negotiate()
             jobs = [fio(sock, 'e0'), fio(sock, 'e1')]
-            time.sleep(1)
-            if any(j.poll() is not None for j in jobs):
-                fail('fio ended before the load began: %s' % jobs[0].communicate()[1][-2000:])
-            mid = node_stats(c, 't1')['x-ioplane']
-            if not mid['in-flight']:
-                fail('no request in flight on t1 under load: %r' % mid)
+            wait_load(c, jobs)
             ok_cmd(c, 'qom-set', {'path': 'tg', 'property': 'limits',
                                   'value': {'iops-total': 600}})
             ok_cmd(c, 'block-export-del', {'id': 'e1', 'mode': 'hard'})
