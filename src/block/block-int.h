@@ -10,7 +10,6 @@
 #include "block/block-driver.h"
 #include "util/clock.h"
 #include "util/compiler.h"
-#include "util/trace.h"
 
 /* req->core.flags bits. All zero for a request on the fast path. */
 #define BLK_CORE_INTERNAL (1u << 0) /* core child request: completion goes straight to cb */
@@ -107,7 +106,6 @@ static inline void blk_stats_account(struct blk_request *req, int ret)
 	o->total_ns += ns;
 	o->hist[blk_hist_bucket(ns)]++;
 	st->in_flight--;
-	IOPLANE_TRACE(blk_complete, req->core.node->name, req, req->op, ret, ns);
 }
 
 #endif

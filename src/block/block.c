@@ -343,7 +343,7 @@ static inline __attribute__((always_inline)) int submit_checked(struct blk_node 
 	req->core.st = st;
 	req->core.flags = 0;
 	req->core.start_tsc = clock_ticks();
-	IOPLANE_TRACE(blk_submit, bs->name, req, req->op, req->offset, req->len);
+	IOPLANE_TRACE(blk_submit, bs, req);
 	if (unlikely(route == BLK_ROUTE_CORE))
 		ret = blk_submit_slow(bs, req);
 	else if (unlikely(blk_needs_align(bs)))
@@ -418,6 +418,7 @@ static void blk_top_done(struct blk_request *req, int ret)
 		req->core.flags &= ~BLK_CORE_OP_SAVED;
 	}
 	blk_stats_account(req, ret);
+	IOPLANE_TRACE(blk_complete, req, ret);
 	req->cb(req, ret);
 }
 
@@ -448,6 +449,7 @@ void blk_complete(struct blk_request *req, int ret)
 		return;
 	}
 	blk_stats_account(req, ret);
+	IOPLANE_TRACE(blk_complete, req, ret);
 	req->cb(req, ret);
 }
 

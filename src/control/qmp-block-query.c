@@ -16,6 +16,7 @@
 #include "block/throttle-group.h"
 #include "control/qmp-block.h"
 #include "control/qmp.h"
+#include "util/trace.h"
 
 static const struct qapi_type named_args = QAPI_OBJECT_TYPE(
 	"q_obj_query-named-block-nodes-arg", QAPI_MEMBERS(QAPI_OPT("flat", &qapi_bool)));
@@ -183,6 +184,7 @@ json_t *qmp_block_node_info(struct blk_node *bs, int flat)
 
 	if (!o)
 		return NULL;
+	IOPLANE_TRACE(blk_node_name, bs, bs->name); /* tracers learn the names of live nodes */
 	if (backing)
 		json_object_set_new(o, "backing_file", json_string(node_filename(backing)));
 	json_object_set_new(o, "image", image_info(bs, flat));
