@@ -170,7 +170,9 @@ for f in glob.glob(prefix + '*_iops*.log'):
         rows.append((int(p[0]) / 1000.0, float(p[1])))
 rows.sort()
 end = rows[-1][0] if rows else 0
-first = sum(v * 0.25 for t, v in rows if t <= length)
+# A window is stamped at its end, a few ms late: those ending by length
+# (give or take half a window) make up the first length seconds.
+first = sum(v * 0.25 for t, v in rows if t < length + 0.125)
 last = [v for t, v in rows if t > end - tail]
 print('%.0f %.1f' % (first, sum(last) / len(last) if last else 0))
 PY
