@@ -164,6 +164,7 @@ static void test_registry(void **state)
 
 static void test_driver(void **state)
 {
+	struct blk_stats st;
 	struct loop *loop = *state;
 	struct throttle_config cfg;
 	struct test_req r[NREQ], w[4];
@@ -215,6 +216,12 @@ static void test_driver(void **state)
 		assert_int_equal(w[i].ret, 0);
 		assert_int_equal(w[i].order, i);
 	}
+	/* The node counts the requests that waited (3 writes and the reads
+	 * past the first burst) and their time. */
+	blk_get_stats(bs, &st);
+	assert_true(st.throttle_waits >= 3 + 1 && st.throttle_waits <= 3 + NREQ);
+	assert_true(st.throttle_wait_ns > 0);
+	assert_int_equal(st.in_flight, 0);
 	blk_close(bs);
 	assert_int_equal(throttle_group_del("tg1", err, sizeof(err)), 0);
 }
