@@ -4,7 +4,8 @@
  * status pass at once. A request over the limit waits, in order, in its
  * iothread's queue for its direction (a waiting write does not hold reads
  * back), and a timer on that iothread lets it go when the group's buckets
- * have drained enough: nothing is failed or dropped, and nothing spins.
+ * have drained enough (looking again after 1 to 100 ms, see THR_BATCH_NS
+ * and THR_RECHECK_NS): nothing is failed or dropped, and nothing spins.
  * A request waiting here counts as in flight on the node, so a drain waits
  * until the queues have emptied.
  *
@@ -29,6 +30,9 @@
  * accuracy, since the group's buckets (a tenth of a second of the limit,
  * or of the burst rate) keep leaking meanwhile. */
 #define THR_BATCH_NS 1000000ull
+/* ... and no later than this, whatever the wait: limits changed at run time
+ * (qom-set) reach requests already waiting within a tenth of a second. */
+#define THR_RECHECK_NS 100000000ull
 
 struct thr_wait {
 	struct blk_request *req;
@@ -91,7 +95,9 @@ static void thr_pop(struct thr_thread *t, struct thr_queue *q, uint64_t now)
 
 static uint64_t thr_deadline(uint64_t now, uint64_t wait)
 {
-	return now + (wait < THR_BATCH_NS ? THR_BATCH_NS : wait);
+	if (wait < THR_BATCH_NS)
+		return now + THR_BATCH_NS;
+	return now + (wait > THR_RECHECK_NS ? THR_RECHECK_NS : wait);
 }
 
 /* Let go what the group allows now, oldest first per direction; arm the
