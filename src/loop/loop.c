@@ -896,7 +896,7 @@ void loop_run_once(struct loop *loop, bool blocking)
 	} else {
 		wait_nonblocking(loop, blocking);
 	}
-	IOPLANE_TRACE(loop_round, loop, loop->stats.rounds, loop->stats.sleeps, loop->stats.poll_hits);
+	IOPLANE_TRACE(loop_round, loop, loop->stats.sleeps, loop->stats.poll_hits);
 	run_timers(loop);
 	run_msgs(loop);
 	run_defers(loop);
