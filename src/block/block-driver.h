@@ -112,6 +112,11 @@ static inline struct blk_request *blk_req_from_drv(void *ctx)
 void *blk_thread_state(struct blk_node *bs, struct loop *loop,
 		       void *(*ctor)(struct blk_node *bs, struct loop *loop));
 
+/* The node's statistics slot for loop, made on first use (NULL: no memory);
+ * only the thread of loop writes it (stats.c). Filters count their own
+ * events there (the throttle filter's waits). */
+struct blk_stats *blk_stats_slot(struct blk_node *bs, struct loop *loop);
+
 /* Children a driver opens itself (main thread, no request in flight):
  * blk_add_child makes bs own child from now on (the core closes it after
  * the driver's close(), also when open() fails later); the `file` child

@@ -72,7 +72,6 @@ void blk_track_free(struct blk_node *bs);
 uint64_t blk_track_waits(struct blk_node *bs); /* for tests */
 
 /* stats.c */
-struct blk_stats *blk_stats_slot(struct blk_node *bs, struct loop *loop);
 void blk_stats_free(struct blk_node *bs);
 
 static inline unsigned blk_hist_bucket(uint64_t ns)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "block/block-int.h"
+#include "util/trace.h"
 
 /* ---- driver registry ---- */
 
@@ -342,6 +343,7 @@ static inline __attribute__((always_inline)) int submit_checked(struct blk_node 
 	req->core.st = st;
 	req->core.flags = 0;
 	req->core.start_tsc = clock_ticks();
+	IOPLANE_TRACE(blk_submit, bs, req);
 	if (unlikely(route == BLK_ROUTE_CORE))
 		ret = blk_submit_slow(bs, req);
 	else if (unlikely(blk_needs_align(bs)))
@@ -416,6 +418,7 @@ static void blk_top_done(struct blk_request *req, int ret)
 		req->core.flags &= ~BLK_CORE_OP_SAVED;
 	}
 	blk_stats_account(req, ret);
+	IOPLANE_TRACE(blk_complete, req, ret);
 	req->cb(req, ret);
 }
 
@@ -446,6 +449,7 @@ void blk_complete(struct blk_request *req, int ret)
 		return;
 	}
 	blk_stats_account(req, ret);
+	IOPLANE_TRACE(blk_complete, req, ret);
 	req->cb(req, ret);
 }
 

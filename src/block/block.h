@@ -137,6 +137,9 @@ struct blk_op_stats {
 struct blk_stats {
 	struct blk_op_stats op[BLK_OP__COUNT];
 	uint64_t in_flight;
+	/* throttle filter nodes: requests that waited for the group's
+	 * limits, and the time they waited in all */
+	uint64_t throttle_waits, throttle_wait_ns;
 };
 
 #define BLK_DETECT_ZEROES_OFF 0

@@ -13,6 +13,7 @@
 #include "block/block-int.h"
 #include "block/graph.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 static struct blk_node *graph_head, *graph_tail; /* every node, oldest first */
 static uint64_t graph_name_counter;              /* generated names, as QEMU's */
@@ -114,6 +115,7 @@ int blk_node_set_name(struct blk_node *bs, const char *name, char *err, size_t e
 	}
 	free(bs->name);
 	bs->name = copy;
+	IOPLANE_TRACE(blk_node_name, bs, bs->name);
 	return 0;
 }
 

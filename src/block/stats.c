@@ -58,6 +58,8 @@ void blk_get_stats(const struct blk_node *bs, struct blk_stats *out)
 		for (op = 0; op < BLK_OP__COUNT; op++)
 			blk_op_stats_add(&out->op[op], &s->op[op]);
 		out->in_flight += s->in_flight;
+		out->throttle_waits += s->throttle_waits;
+		out->throttle_wait_ns += s->throttle_wait_ns;
 	}
 }
 

@@ -29,6 +29,11 @@ static const char *const bucket_key[THR__COUNT] = {
 	[THR_OPS_READ] = "iops-read",  [THR_OPS_WRITE] = "iops-write",
 };
 
+const char *throttle_bucket_key(enum throttle_bucket b)
+{
+	return bucket_key[b];
+}
+
 static int get_u64(struct kv_opts *opts, const char *prefix, const char *key, const char *suffix,
 		   uint64_t *out, char *err, size_t errlen)
 {
@@ -255,6 +260,13 @@ int throttle_group_set(struct throttle_group *g, const struct throttle_config *c
 	return 0;
 }
 
+static void group_free(struct throttle_group *g)
+{
+	pthread_mutex_destroy(&g->lock);
+	free(g->id);
+	free(g);
+}
+
 int throttle_group_del(const char *id, char *err, size_t errlen)
 {
 	for (struct throttle_group **p = &groups; *p; p = &(*p)->next) {
@@ -267,11 +279,19 @@ int throttle_group_del(const char *id, char *err, size_t errlen)
 			return -EBUSY;
 		}
 		*p = g->next;
-		pthread_mutex_destroy(&g->lock);
-		free(g->id);
-		free(g);
+		group_free(g);
 		return 0;
 	}
 	snprintf(err, errlen, "object '%s' not found", id);
 	return -ENOENT;
+}
+
+void throttle_group_free_all(void)
+{
+	struct throttle_group *g;
+
+	while ((g = groups)) {
+		groups = g->next;
+		group_free(g);
+	}
 }

@@ -75,12 +75,20 @@ int throttle_group_set(struct throttle_group *g, const struct throttle_config *c
 		       size_t errlen);
 /* -EBUSY while a throttle node uses it. */
 int throttle_group_del(const char *id, char *err, size_t errlen);
+/* At the daemon's end, once every throttle node is closed. */
+void throttle_group_free_all(void);
+/* QEMU's name of a bucket: "iops-total", ..., "bps-write". */
+const char *throttle_bucket_key(enum throttle_bucket b);
 
 /* Any iothread: may a request of `bytes` (write or not) start at now_ns?
  * 0: yes, and it is accounted; else the nanoseconds to wait before asking
  * again (nothing accounted). */
 uint64_t throttle_group_admit(struct throttle_group *g, bool write, uint64_t bytes,
 			      uint64_t now_ns);
+
+/* throttle.c: the group a throttle node uses, NULL for any other node. */
+struct blk_node;
+const char *throttle_node_group(const struct blk_node *bs);
 
 /* The arithmetic, exposed for unit tests: leak cfg's buckets over delta_ns,
  * the wait before `lv` may take a request, and the accounting of one. */

@@ -24,6 +24,7 @@
 
 #include "block/block.h"
 #include "block/graph.h"
+#include "block/throttle-group.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
 #include "cmd/serve-monitor.h"
@@ -148,10 +149,11 @@ static void serve_usage(FILE *f)
 		"                         iothread that exports name with iothread=ID; a secret\n"
 		"                         that rbd's key-secret=ID names; tls-creds-x509 or\n"
 		"                         tls-creds-psk (dir=, endpoint=server) and authz-simple\n"
-		"                         or authz-list for --nbd-server\n"
+		"                         or authz-list for --nbd-server; a\n"
+		"                         throttle-group,id=ID,limits.iops-total=N,...\n"
 		"  --blockdev SPEC        qemu-storage-daemon's: a block node (blockdev-add's\n"
-		"                         arguments: file, raw, qcow2, null-co, rbd, nbd; keyval\n"
-		"                         or JSON)\n"
+		"                         arguments: file, raw, qcow2, null-co, throttle, rbd, nbd;\n"
+		"                         keyval or JSON)\n"
 		"  --nbd-server SPEC      qemu-storage-daemon's NBD server (nbd-server-start's\n"
 		"                         arguments: addr.type=unix|inet|fd, max-connections=N,\n"
 		"                         tls-creds=ID, tls-authz=ID)\n"
@@ -885,6 +887,7 @@ static void serve_teardown(struct serve *sv, int *status)
 	sv->qsd = NULL;
 	close_images(sv, status);
 	qmp_block_close_all(); /* the nodes of blockdev-add */
+	throttle_group_free_all(); /* no throttle node is left */
 	if (sv->sig_h.fd > 0) {
 		loop_fd_del(sv->main_loop, &sv->sig_h);
 		close(sv->sig_h.fd);

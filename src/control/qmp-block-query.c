@@ -7,13 +7,16 @@
  * THREADING RULE: main thread only (the counters are read racily, which
  * only makes a sum slightly stale). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "block/graph.h"
 #include "block/qcow2/qcow2.h"
+#include "block/throttle-group.h"
 #include "control/qmp-block.h"
 #include "control/qmp.h"
+#include "util/trace.h"
 
 static const struct qapi_type named_args = QAPI_OBJECT_TYPE(
 	"q_obj_query-named-block-nodes-arg", QAPI_MEMBERS(QAPI_OPT("flat", &qapi_bool)));
@@ -121,6 +124,53 @@ static unsigned backing_depth(struct blk_node *bs)
 	return n;
 }
 
+/* QEMU's description of a node by its options, for a filter node's
+ * filename: {"throttle-group": ID, "driver": "throttle", "file": {...}}. */
+static json_t *node_options(const struct blk_node *bs)
+{
+	const char *path = blk_file_path(bs), *group = throttle_node_group(bs);
+	json_t *o = json_object();
+
+	if (o && group)
+		json_object_set_new(o, "throttle-group", json_string(group));
+	if (o)
+		json_object_set_new(o, "driver", json_string(qemu_driver(bs)));
+	if (o && path && !bs->next)
+		json_object_set_new(o, "filename", json_string(path));
+	/* QEMU names the size a null-co node was given; 1 GiB is its default. */
+	if (o && !strcmp(blk_node_driver(bs), "null") && blk_size(bs) != 1ull << 30)
+		json_object_set_new(o, "size", json_integer((json_int_t)blk_size(bs)));
+	if (o && bs->next)
+		json_object_set_new(o, "file", node_options(bs->next));
+	return o;
+}
+
+/* A throttle node as QEMU shows a filter: its child in the place of a
+ * backing image, its options as its filename. */
+static void filter_info(json_t *o, struct blk_node *bs, int flat)
+{
+	json_t *img = json_object_get(o, "image"), *opts = node_options(bs);
+	char *fn = opts ? json_dumps(opts, JSON_PRESERVE_ORDER) : NULL;
+	char buf[4096];
+	json_t *child;
+
+	json_decref(opts);
+	if (fn) {
+		snprintf(buf, sizeof(buf), "json:%s", fn);
+		json_object_set_new(o, "file", json_string(buf));
+		if (img)
+			json_object_set_new(img, "filename", json_string(buf));
+	}
+	free(fn);
+	child = qmp_block_node_info(bs->next, flat);
+	json_object_set_new(
+		o, "backing_file_depth",
+		json_integer(json_integer_value(json_object_get(child, "backing_file_depth")) + 1));
+	if (img && !flat)
+		json_object_set(img, "backing-image", json_object_get(child, "image"));
+	json_decref(child);
+}
+
 json_t *qmp_block_node_info(struct blk_node *bs, int flat)
 {
 	struct blk_node *backing = blk_child(bs, BLK_ROLE_BACKING);
@@ -134,9 +184,12 @@ json_t *qmp_block_node_info(struct blk_node *bs, int flat)
 
 	if (!o)
 		return NULL;
+	IOPLANE_TRACE(blk_node_name, bs, bs->name); /* tracers learn the names of live nodes */
 	if (backing)
 		json_object_set_new(o, "backing_file", json_string(node_filename(backing)));
 	json_object_set_new(o, "image", image_info(bs, flat));
+	if (throttle_node_group(bs) && bs->next)
+		filter_info(o, bs, flat);
 	return o;
 }
 
@@ -226,6 +279,10 @@ static json_t *device_stats(const struct blk_node *bs)
 			  "account_invalid", 0, "account_failed", 0, "timed_stats", "x-ioplane",
 			  "in-flight", (json_int_t)s.in_flight, "latency-histograms",
 			  histograms(&s)));
+	json_object_update_new(json_object_get(o, "x-ioplane"),
+			       json_pack("{s:I,s:I}", "throttle-waits",
+					 (json_int_t)s.throttle_waits, "throttle-wait-ns",
+					 (json_int_t)s.throttle_wait_ns));
 	return o;
 }
 

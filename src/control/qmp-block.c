@@ -20,7 +20,8 @@
 /* "null" and "host_device" are ioplane's name for null-co and what its
  * file driver opens as well. */
 static const struct qapi_type bd_driver = QAPI_ENUM_TYPE(
-	"BlockdevDriver", "file", "host_device", "nbd", "null-co", "null", "qcow2", "raw", "rbd");
+	"BlockdevDriver", "file", "host_device", "nbd", "null-co", "null", "qcow2", "raw", "rbd",
+	"throttle");
 static const struct qapi_type bd_discard =
 	QAPI_ENUM_TYPE("BlockdevDiscardOptions", "ignore", "unmap");
 static const struct qapi_type bd_detect_zeroes =
@@ -53,6 +54,10 @@ static const struct qapi_type bd_qcow2 = QAPI_OBJECT_TYPE(
 	QAPI_MEMBERS(QAPI_REQ("file", &bd_ref), QAPI_OPT("backing", &bd_ref_or_null),
 		     QAPI_OPT("data-file", &bd_ref), QAPI_OPT("l2-cache-size", &qapi_int)));
 
+static const struct qapi_type bd_throttle = QAPI_OBJECT_TYPE(
+	"BlockdevOptionsThrottle",
+	QAPI_MEMBERS(QAPI_REQ("throttle-group", &qapi_str), QAPI_REQ("file", &bd_ref)));
+
 const struct qapi_type qmp_blockdev_options = QAPI_UNION_TYPE(
 	"BlockdevOptions",
 	QAPI_MEMBERS(QAPI_REQ("driver", &bd_driver), QAPI_OPT("node-name", &qapi_str),
@@ -62,7 +67,7 @@ const struct qapi_type qmp_blockdev_options = QAPI_UNION_TYPE(
 		     QAPI_OPT("detect-zeroes", &bd_detect_zeroes)),
 	"driver", {"file", &bd_file}, {"host_device", &bd_file}, {"null-co", &bd_null},
 	{"null", &bd_null}, {"qcow2", &bd_qcow2}, {"raw", &bd_raw}, {"rbd", &qmp_bd_rbd},
-	{"nbd", &qmp_bd_nbd});
+	{"nbd", &qmp_bd_nbd}, {"throttle", &bd_throttle});
 
 static const struct qapi_type del_args =
 	QAPI_OBJECT_TYPE("q_obj_blockdev-del-arg", QAPI_MEMBERS(QAPI_REQ("node-name", &qapi_str)));
@@ -73,9 +78,10 @@ static const struct qapi_type resize_args =
 
 /* ---- BlockdevOptions to key=value ------------------------------------------ */
 
-static bool is_format(const char *drv)
+/* Drivers above a `file` child: formats, and the throttle filter. */
+static bool has_file_child(const char *drv)
 {
-	return !strcmp(drv, "raw") || !strcmp(drv, "qcow2");
+	return !strcmp(drv, "raw") || !strcmp(drv, "qcow2") || !strcmp(drv, "throttle");
 }
 
 /* The block layer's name for a driver. */
@@ -159,6 +165,8 @@ static int kv_driver(struct kv_opts *kv, const json_t *o, const char *drv)
 			ret = kv_int(kv, o, "size", "size");
 	} else if (!strcmp(drv, "qcow2")) {
 		ret = kv_int(kv, o, "l2-cache-size", "l2-cache-size");
+	} else if (!strcmp(drv, "throttle")) {
+		ret = kv_str(kv, o, "throttle-group", "throttle-group");
 	} else {
 		ret = qmp_bd_remote_kv(kv, o, drv);
 	}
@@ -298,7 +306,7 @@ static int bd_open_node(json_t *o, const char *drv, struct kv_opts *kv, struct b
 	ch->file = NULL;
 	ch->n = 0;
 	/* auto-read-only: a file that cannot be written is opened read-only. */
-	if ((ret == -EACCES || ret == -EROFS || ret == -EPERM) && !is_format(drv) && !ro &&
+	if ((ret == -EACCES || ret == -EROFS || ret == -EPERM) && !has_file_child(drv) && !ro &&
 	    qapi_get_bool(o, "auto-read-only", false)) {
 		kv_set(kv, "read-only", "on");
 		ret = blk_open_node(blk_driver_name(drv), NULL, NULL, 0, kv, out, err, errlen);
@@ -323,7 +331,7 @@ static int bd_open(json_t *given, const json_t *parent, struct blk_node **out, c
 		snprintf(err, errlen, "out of memory");
 		ret = -ENOMEM;
 	}
-	if (!ret && is_format(drv))
+	if (!ret && has_file_child(drv))
 		ret = bd_children(o, drv, &kv, &ch, err, errlen);
 	if (!ret)
 		ret = bd_open_node(o, drv, &kv, &ch, out, err, errlen);

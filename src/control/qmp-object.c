@@ -1,6 +1,8 @@
-/* iothread and secret objects: --object iothread|secret,..., object-add,
- * object-del, query-iothreads (see qmp-object.h; secrets: qmp-secret.c). Messages are
- * qemu-storage-daemon 7.2's; query-iothreads, which qsd lacks, has QEMU's reply shape.
+/* Objects: iothreads here (--object iothread,..., object-add, object-del,
+ * query-iothreads; see qmp-object.h); secrets are qmp-secret.c's,
+ * throttle-group objects qmp-throttle.c's and TLS ones qmp-tls.c's, reached
+ * from here. Messages are qemu-storage-daemon 7.2's; query-iothreads, which
+ * qsd lacks, has QEMU's reply shape.
  *
  * THREADING RULE: main thread only. */
 #include <errno.h>
@@ -12,7 +14,9 @@
 
 #include "control/qmp-object.h"
 #include "control/qmp-tls.h"
+#include "control/qmp-throttle.h"
 #include "control/qmp.h"
+#include "block/throttle-group.h"
 #include "control/schema.h"
 #include "loop/iothread.h"
 #include "util/log.h"
@@ -38,8 +42,8 @@ static void *detach_arg;
 /* ---- schema ------------------------------------------------------------- */
 
 static const struct qapi_type object_type =
-	QAPI_ENUM_TYPE("ObjectType", "iothread", "secret", "tls-creds-x509", "tls-creds-psk",
-		       "authz-simple", "authz-list");
+	QAPI_ENUM_TYPE("ObjectType", "iothread", "secret", "throttle-group", "tls-creds-x509",
+		       "tls-creds-psk", "authz-simple", "authz-list");
 static const struct qapi_type secret_format =
 	QAPI_ENUM_TYPE("QCryptoSecretFormat", "raw", "base64");
 static const struct qapi_type secret_props = QAPI_OBJECT_TYPE(
@@ -55,6 +59,7 @@ const struct qapi_type qmp_object_options = QAPI_UNION_TYPE(
 	"ObjectOptions",
 	QAPI_MEMBERS(QAPI_REQ("qom-type", &object_type), QAPI_REQ("id", &qapi_str)), "qom-type",
 	{"iothread", &iothread_props}, {"secret", &secret_props},
+	{"throttle-group", &qmp_throttle_group_props},
 	{"tls-creds-x509", &qmp_tls_creds_x509_props}, {"tls-creds-psk", &qmp_tls_creds_psk_props},
 	{"authz-simple", &qmp_authz_simple_props}, {"authz-list", &qmp_authz_list_props});
 static const struct qapi_type object_del_args =
@@ -144,9 +149,22 @@ static int object_new(const char *id, const int64_t v[4], bool explicit_poll, ch
 	return 0;
 }
 
+bool qmp_object_exists(const char *id)
+{
+	return find(id) || throttle_group_find(id) || secret_exists(id) || tls_object_exists(id);
+}
+
+/* One namespace for every object, as QEMU's /objects. */
+static int duplicate(const char *id, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "attempt to add duplicate property '%s' to object (type 'container')",
+		 id);
+	return -EEXIST;
+}
+
 int qmp_object_add(const json_t *args, char *err, size_t errlen)
 {
-	const char *id = qapi_get_str(args, "id");
+	const char *id = qapi_get_str(args, "id"), *type;
 	int64_t v[4];
 	int ret;
 
@@ -154,18 +172,21 @@ int qmp_object_add(const json_t *args, char *err, size_t errlen)
 		snprintf(err, errlen, "Parameter 'id' expects an identifier");
 		return -EINVAL;
 	}
-	if (find(id) || secret_exists(id) || tls_object_exists(id)) {
-		snprintf(err, errlen,
-			 "attempt to add duplicate property '%s' to object (type 'container')", id);
-		return -EEXIST;
-	}
-	if (!strcmp(qapi_get_str(args, "qom-type"), "secret"))
+	type = qapi_get_str(args, "qom-type");
+	/* An iothread's properties are checked before its id, as qsd does. */
+	if (strcmp(type, "iothread") && qmp_object_exists(id))
+		return duplicate(id, err, errlen);
+	if (!strcmp(type, "throttle-group"))
+		return qmp_throttle_add(args, err, errlen);
+	if (!strcmp(type, "secret"))
 		return qmp_secret_add(id, args, err, errlen);
-	if (qmp_tls_handles(qapi_get_str(args, "qom-type")))
+	if (qmp_tls_handles(type))
 		return qmp_tls_object_add(args, err, errlen);
 	ret = check_props(args, v, err, errlen);
 	if (ret < 0)
 		return ret;
+	if (qmp_object_exists(id))
+		return duplicate(id, err, errlen);
 	return object_new(id, v, qapi_has(args, "poll-max-ns"), err, errlen);
 }
 
@@ -279,6 +300,8 @@ static void object_del_cmd(struct qmp_req *req, json_t *args)
 	const char *id = qapi_get_str(args, "id");
 	struct qobj **pp, *o;
 
+	char err[256];
+
 	for (pp = &objects; (o = *pp) && strcmp(o->id, id); pp = &o->next)
 		;
 	/* TLS objects: users keep theirs; new users find the next one. */
@@ -287,7 +310,11 @@ static void object_del_cmd(struct qmp_req *req, json_t *args)
 		return;
 	}
 	if (!o) {
-		qmp_error(req, QMP_ERR_GENERIC, "object '%s' not found", id);
+		/* A throttle group in use by a throttle node stays. */
+		if (throttle_group_del(id, err, sizeof(err)) < 0)
+			qmp_error(req, QMP_ERR_GENERIC, "%s", err);
+		else
+			qmp_return(req, NULL);
 		return;
 	}
 	/* qsd 7.2 deletes an iothread that a block node still runs on. */
@@ -337,5 +364,5 @@ int qmp_object_register(void)
 		if (ret < 0 && ret != -EEXIST)
 			return ret;
 	}
-	return 0;
+	return qmp_throttle_register();
 }

@@ -1,7 +1,8 @@
 /* QOM-style objects of `ioplane serve`: iothreads (and TLS credentials and
  * authorisation, qmp-tls.h), made by --object,
  * --iothreads N (the pool, named iothread0 ..) or QMP object-add, removed by
- * object-del when nothing uses them, listed by query-iothreads. Exports name
+ * object-del when nothing uses them, listed by query-iothreads; and throttle
+ * groups the same way (qmp-throttle.h), in the same namespace of ids. Exports name
  * the iothreads they run on (iothread=ID) and hold a use of each.
  *
  * THREADING RULE: main thread only; the iothreads themselves run their loops. */
@@ -9,21 +10,25 @@
 #define IOPLANE_CONTROL_QMP_OBJECT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct loop;
 struct qapi_type;
 
-/* ObjectOptions (qom-type iothread, and the TLS ones of qmp-tls.h), for
- * --object and object-add. */
+/* ObjectOptions (qom-type iothread, secret, throttle-group, and the TLS ones
+ * of qmp-tls.h), for --object and object-add. */
 extern const struct qapi_type qmp_object_options;
 
-/* Register object-add, object-del, query-iothreads. 0 or -errno. */
+/* Register object-add, object-del, query-iothreads, qom-get, qom-set. 0 or
+ * -errno. */
 int qmp_object_register(void);
 /* Create the object validated args describe (ObjectOptions). 0, or -errno
  * with qsd's message in err. */
 int qmp_object_add(const json_t *args, char *err, size_t errlen);
+/* Is there an object (of any type) with this id? */
+bool qmp_object_exists(const char *id);
 /* --object ARG: parse, validate and add; 0 or -errno (-EINVAL: bad syntax). */
 int qmp_object_add_option(const char *arg, char *err, size_t errlen);
 /* The --iothreads N pool: iothread0 .. iothread{N-1}, held for the daemon's

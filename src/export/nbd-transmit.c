@@ -22,6 +22,7 @@
 
 #include "export/nbd-int.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 /* ---- request pool ------------------------------------------------------- */
 
@@ -154,6 +155,7 @@ uint32_t nbd_errno_to_nbd(int err)
 
 size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t type, uint64_t len)
 {
+	IOPLANE_TRACE(nbd_reply, r->conn->exp->name, r->cookie, r->error, type, flags & 1);
 	if (r->conn->extended) {
 		nbd_put32(p, NBD_EXTENDED_REPLY_MAGIC);
 		nbd_put16(p + 4, flags);
@@ -173,6 +175,7 @@ size_t nbd_put_chunk_hdr(struct nbd_req *r, uint8_t *p, uint16_t flags, uint16_t
 
 size_t nbd_put_simple_hdr(struct nbd_req *r, uint8_t *p, uint32_t err)
 {
+	IOPLANE_TRACE(nbd_reply, r->conn->exp->name, r->cookie, err, 0, 1);
 	nbd_put32(p, NBD_SIMPLE_REPLY_MAGIC);
 	nbd_put32(p + 4, err);
 	nbd_put64(p + 8, r->cookie);
@@ -360,6 +363,7 @@ static void parse_header(struct nbd_conn *c, struct nbd_req *r, const uint8_t *p
 	r->cookie = nbd_get64(p + 8);
 	r->offset = nbd_get64(p + 16);
 	r->len = c->extended ? nbd_get64(p + 24) : nbd_get32(p + 24);
+	IOPLANE_TRACE(nbd_request, c->exp->name, r->cookie, r->type, r->offset, r->len);
 }
 
 static int one_request(struct nbd_conn *c)

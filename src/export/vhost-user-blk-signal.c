@@ -19,6 +19,7 @@
 #include "export/vhost-user-blk-int.h"
 #include "util/compiler.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 static void vub_kick_done(struct loop_uring_op *op, int res, uint32_t cqe_flags);
 static void vub_kick_cancel_done(struct loop_uring_op *op, int res, uint32_t cqe_flags);
@@ -237,11 +238,13 @@ void vub_notifier_prepare(struct vub_notifier *n)
  * anyway (no system call of its own). */
 void vub_notify(struct vub_queue *q)
 {
+	IOPLANE_TRACE(vu_call, q->exp->name, q->idx);
 	vub_signal(&q->call);
 }
 
 static void vub_kicked(struct vub_queue *q)
 {
+	IOPLANE_TRACE(vu_kick, q->exp->name, q->idx);
 	/* Poll only queues the driver has used: polling hundreds of idle queues
 	 * (and spinning while a front-end sets them up) helps nobody. */
 	if (!q->poll_on) {

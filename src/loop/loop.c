@@ -18,6 +18,7 @@
 #include "loop/loop-int.h"
 #include "loop/thread-pool.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 static __thread struct loop *current_loop;
 /* Indices of live loops: reused once a loop is freed, so that iothreads
@@ -913,6 +914,7 @@ void loop_run_once(struct loop *loop, bool blocking)
 	} else {
 		wait_nonblocking(loop, blocking);
 	}
+	IOPLANE_TRACE(loop_round, loop, loop->stats.sleeps, loop->stats.poll_hits);
 	run_timers(loop);
 	run_msgs(loop);
 	run_defers(loop);

@@ -21,6 +21,7 @@
 #include "util/clock.h"
 #include "util/compiler.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 #define TP_MAX_WORKERS_DEFAULT 64
 #define TP_SPIN_NS_DEFAULT 20000
@@ -333,7 +334,9 @@ static void *tp_worker_main(void *arg)
 		}
 		atomic_fetch_sub(&tp.awake, 1);
 		pthread_mutex_unlock(&tp.lock);
+		IOPLANE_TRACE(tp_job_start, w);
 		w->ret = w->fn(w);
+		IOPLANE_TRACE(tp_job_finish, w, w->ret);
 		/* Count ourselves awake before the loop can see the completion, so
 		 * that a resubmission from done() does not wake another worker. */
 		atomic_fetch_add(&tp.awake, 1);

@@ -164,6 +164,7 @@ static void test_registry(void **state)
 
 static void test_driver(void **state)
 {
+	struct blk_stats st;
 	struct loop *loop = *state;
 	struct throttle_config cfg;
 	struct test_req r[NREQ], w[4];
@@ -215,6 +216,12 @@ static void test_driver(void **state)
 		assert_int_equal(w[i].ret, 0);
 		assert_int_equal(w[i].order, i);
 	}
+	/* The node counts the requests that waited (3 writes and the reads
+	 * past the first burst) and their time. */
+	blk_get_stats(bs, &st);
+	assert_true(st.throttle_waits >= 3 + 1 && st.throttle_waits <= 3 + NREQ);
+	assert_true(st.throttle_wait_ns > 0);
+	assert_int_equal(st.in_flight, 0);
 	blk_close(bs);
 	assert_int_equal(throttle_group_del("tg1", err, sizeof(err)), 0);
 }
@@ -245,12 +252,48 @@ static void test_unlimited_ops(void **state)
 	assert_int_equal(throttle_group_del("tg2", err, sizeof(err)), 0);
 }
 
+/* New limits reach requests already waiting: with 1 byte/s a 512-byte read
+ * would wait minutes; raised meanwhile, it goes at the next look (a tenth
+ * of a second at most), so a few blocking rounds finish it. */
+static void test_set_while_waiting(void **state)
+{
+	struct loop *loop = *state;
+	struct throttle_config cfg;
+	struct test_req r[3];
+	unsigned done = 0;
+	bool in_submit = false;
+	uint8_t buf[512];
+	char err[256];
+	struct blk_node *bs;
+
+	assert_int_equal(parse("bps-read=1", &cfg, err, sizeof(err)), 0);
+	assert_int_equal(throttle_group_add("tg3", &cfg, err, sizeof(err)), 0);
+	bs = test_open("driver=null,size=1M,format=throttle,throttle-group=tg3");
+	for (int i = 0; i < 3; i++) {
+		test_req_init(&r[i], BLK_OP_READ, 0, buf, sizeof(buf), 0, &done);
+		assert_int_equal(test_submit(bs, &r[i], &in_submit), 0);
+	}
+	for (int i = 0; i < 3; i++)
+		loop_run_once(loop, false);
+	assert_true(done < 3);
+	assert_int_equal(parse("bps-read=1000000000", &cfg, err, sizeof(err)), 0);
+	assert_int_equal(throttle_group_set(throttle_group_find("tg3"), &cfg, err, sizeof(err)), 0);
+	for (unsigned n = 0; n < 50 && done < 3; n++)
+		loop_run_once(loop, true);
+	assert_int_equal(done, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(r[i].ret, 0);
+	blk_close(bs);
+	assert_int_equal(throttle_group_del("tg3", err, sizeof(err)), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config),   cmocka_unit_test(test_rates),
 		cmocka_unit_test(test_burst),    cmocka_unit_test(test_registry),
 		RAM_TEST(test_driver),           RAM_TEST(test_unlimited_ops),
+		RAM_TEST(test_set_while_waiting),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,6 +73,7 @@
 
 #include "block/qcow2/qcow2-int.h"
 #include "util/iov.h"
+#include "util/trace.h"
 
 #define QC_XFS_MAGIC 0x58465342
 #define QC_EXT4_MAGIC 0xEF53
@@ -256,6 +257,7 @@ int qc_cow_write(struct qc_state *s, const struct qc_cow *c, uint64_t off, uint6
 	bool zeroed;
 	int ret;
 
+	IOPLANE_TRACE(qcow2_cow_begin, s, c->gstart, c->gend, off, len);
 	ret = qc_cow_prepare(s, c->head_entry, c->head_bitmap, c->gstart, &h);
 	if (!ret)
 		ret = qc_cow_prepare(s, c->tail_entry, c->tail_bitmap, off + len, &t);
@@ -264,6 +266,7 @@ int qc_cow_write(struct qc_state *s, const struct qc_cow *c, uint64_t off, uint6
 	zeroed = h.zero && t.zero && qc_cow_wz(s, c, &h, &t);
 	ret = qc_cow_writev(s, c, &h, &t, !zeroed, iov, iovcnt, iov_off, len);
 out:
+	IOPLANE_TRACE(qcow2_cow_end, s, c->gstart, ret);
 	free(h.buf);
 	free(t.buf);
 	return ret;

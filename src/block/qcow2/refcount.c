@@ -13,6 +13,7 @@
 
 #include "block/qcow2/qcow2-int.h"
 #include "util/log.h"
+#include "util/trace.h"
 
 /* ---- raw entries in a slice ---- */
 
@@ -648,6 +649,7 @@ static int qc_alloc_claim(struct qc_state *s, uint64_t n, bool exact, uint64_t *
 	if (end > s->fresh_from && *fresh)
 		s->fresh_from = end;
 	*got = n;
+	IOPLANE_TRACE(qcow2_alloc, s, *off, n, *fresh);
 	return 0;
 }
 
