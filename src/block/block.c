@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "block/block-int.h"
+#include "block/dirty-bitmap.h"
 
 /* ---- driver registry ---- */
 
@@ -310,6 +311,17 @@ done:
 	return 0;
 }
 
+/* Writes, write-zeroes and discards dirty the bitmaps of the node; as in
+ * QEMU, not a discard that does nothing (discard=ignore, or a node that
+ * cannot). */
+static void __attribute__((noinline))
+blk_dirty_mark_req(struct blk_node *bs, const struct blk_request *req)
+{
+	if (req->op == BLK_OP_WRITE || req->op == BLK_OP_WRITE_ZEROES ||
+	    (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore))
+		blk_dirty_mark(bs, req->offset, req->len);
+}
+
 /* blk_submit() past the drain gate. Always inlined into its two callers,
  * so that the fast path stays one function. */
 static inline __attribute__((always_inline)) int submit_checked(struct blk_node *bs,
@@ -342,6 +354,10 @@ static inline __attribute__((always_inline)) int submit_checked(struct blk_node 
 	req->core.st = st;
 	req->core.flags = 0;
 	req->core.start_tsc = clock_ticks();
+	/* Marked at submission, as the request passed the checks: a bitmap
+	 * read after this request was acknowledged shows it. */
+	if (unlikely(bs->dirty_bitmaps != NULL) && req->op != BLK_OP_READ)
+		blk_dirty_mark_req(bs, req);
 	if (unlikely(route == BLK_ROUTE_CORE))
 		ret = blk_submit_slow(bs, req);
 	else if (unlikely(blk_needs_align(bs)))
