@@ -12,6 +12,8 @@
 
 #include "block/graph.h"
 #include "block/qcow2/qcow2.h"
+#include "block/block.h"
+#include "control/qmp-bitmap.h"
 #include "control/qmp-block.h"
 #include "control/qmp.h"
 
@@ -137,6 +139,8 @@ json_t *qmp_block_node_info(struct blk_node *bs, int flat)
 	if (backing)
 		json_object_set_new(o, "backing_file", json_string(node_filename(backing)));
 	json_object_set_new(o, "image", image_info(bs, flat));
+	if (bs->dirty_bitmaps)
+		json_object_set_new(o, "dirty-bitmaps", qmp_bitmap_info_list(bs));
 	return o;
 }
 
