@@ -317,8 +317,8 @@ done:
 static void __attribute__((noinline))
 blk_dirty_mark_req(struct blk_node *bs, const struct blk_request *req)
 {
-	if (req->op == BLK_OP_WRITE || req->op == BLK_OP_WRITE_ZEROES ||
-	    (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore))
+	if (req->len && (req->op == BLK_OP_WRITE || req->op == BLK_OP_WRITE_ZEROES ||
+			 (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore)))
 		blk_dirty_mark(bs, req->offset, req->len);
 }
 

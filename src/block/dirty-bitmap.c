@@ -110,11 +110,24 @@ void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t le
 	bm_set_bits(bm, b0, b1);
 }
 
-void blk_dirty_mark(struct blk_node *bs, uint64_t off, uint64_t len)
+void blk_dirty_bitmaps_resize(struct blk_node *bs, uint64_t size)
 {
-	for (struct blk_dirty_bitmap *bm = bs->dirty_bitmaps; bm; bm = bm->next)
-		if (atomic_load_explicit(&bm->enabled, memory_order_relaxed))
-			blk_dirty_bitmap_set(bm, off, len);
+	for (struct blk_dirty_bitmap *bm = bs->dirty_bitmaps; bm; bm = bm->next) {
+		uint64_t nbits = (size + bm->granularity - 1) >> bm->gran_bits;
+		uint64_t nwords = (nbits + 63) / 64;
+		_Atomic uint64_t *w = realloc((void *)bm->words, (nwords ? nwords : 1) * 8);
+
+		if (!w)
+			continue; /* keeps the old size: writes past it are clamped */
+		for (uint64_t i = bm->nwords; i < nwords; i++)
+			w[i] = 0;
+		if (nbits < bm->nbits && nbits % 64) /* bits past the new end go */
+			w[nwords - 1] &= (1ull << (nbits % 64)) - 1;
+		bm->words = w;
+		bm->size = size;
+		bm->nbits = nbits;
+		bm->nwords = nwords;
+	}
 }
 
 void blk_dirty_bitmap_reset_all(struct blk_dirty_bitmap *bm)

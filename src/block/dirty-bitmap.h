@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct blk_node;
+#include "block/block.h"
 
 #define BLK_BITMAP_MIN_GRAN 512u
 #define BLK_BITMAP_MAX_GRAN (1u << 31)
@@ -54,11 +54,30 @@ void blk_dirty_bitmap_unlink(struct blk_node *bs, struct blk_dirty_bitmap *bm);
 /* Free every bitmap of bs (its close). */
 void blk_dirty_bitmaps_free(struct blk_node *bs);
 
-/* A write to [off, off+len) of bs: mark every enabled bitmap (any thread). */
-void blk_dirty_mark(struct blk_node *bs, uint64_t off, uint64_t len);
-/* Set / clear the bits covering [off, off+len) (clear: only bits whose
- * whole range lies inside, none when len 0). */
+/* Set the bits covering [off, off+len) (any thread). */
 void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len);
+
+/* A write to [off, off+len) of bs (len > 0, inside the node): mark every
+ * enabled bitmap (any thread). Inline for the common case, one granule
+ * whose bit is already set: two loads and a test, no atomic write, so
+ * writers on several threads do not bounce the word's cache line. */
+static inline void blk_dirty_mark(struct blk_node *bs, uint64_t off, uint64_t len)
+{
+	for (struct blk_dirty_bitmap *bm = bs->dirty_bitmaps; bm; bm = bm->next) {
+		uint64_t b0 = off >> bm->gran_bits, b1 = (off + len - 1) >> bm->gran_bits;
+		_Atomic uint64_t *w = &bm->words[b0 / 64];
+		uint64_t m = 1ull << (b0 % 64);
+
+		if (!atomic_load_explicit(&bm->enabled, memory_order_relaxed))
+			continue;
+		if (b0 != b1 || b0 >= bm->nbits)
+			blk_dirty_bitmap_set(bm, off, len);
+		else if (!(atomic_load_explicit(w, memory_order_relaxed) & m))
+			atomic_fetch_or_explicit(w, m, memory_order_relaxed);
+	}
+}
+/* The node's size changed (drained): every bitmap follows, new bits clear. */
+void blk_dirty_bitmaps_resize(struct blk_node *bs, uint64_t size);
 void blk_dirty_bitmap_reset_all(struct blk_dirty_bitmap *bm);
 /* dst |= src, any granularities (src's set ranges marked in dst). */
 void blk_dirty_bitmap_merge(struct blk_dirty_bitmap *dst, const struct blk_dirty_bitmap *src);
