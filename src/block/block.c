@@ -503,11 +503,17 @@ bool blk_can_multi_conn(struct blk_node *bs)
 
 int blk_truncate(struct blk_node *bs, uint64_t size)
 {
+	int ret;
+
 	if (bs->read_only)
 		return -EROFS;
 	if (!bs->drv->truncate)
 		return -ENOTSUP;
-	return bs->drv->truncate(bs, size);
+	ret = bs->drv->truncate(bs, size);
+	/* The node's bitmaps follow (no request in flight), as QEMU's do. */
+	if (!ret)
+		blk_dirty_bitmaps_resize(bs, blk_size(bs));
+	return ret;
 }
 
 /* ---- helpers ---- */

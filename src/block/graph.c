@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "block/block-int.h"
-#include "block/dirty-bitmap.h"
 #include "block/graph.h"
 #include "util/log.h"
 
@@ -372,9 +371,7 @@ int blk_resize(struct blk_node *bs, uint64_t size, char *err, size_t errlen)
 			 strerror(-ret));
 		return ret;
 	}
-	ret = blk_truncate(bs, size);
-	if (!ret)
-		blk_dirty_bitmaps_resize(bs, size); /* still drained */
+	ret = blk_truncate(bs, size); /* its bitmaps too */
 	blk_drain_end(bs);
 	blk_set_perm(bs, perm, shared, NULL, 0); /* dropping one cannot fail */
 	if (ret == -ENOTSUP && !strcmp(bs->drv->name, "raw")) {

@@ -67,4 +67,13 @@ cat >map.want <<'EOF'
    9568256     7208960    0  clean
 EOF
 diff -u map.want map.out || fail "the dirty map of b4 as QEMU reads it"
+
+# img resize grows the bitmaps with the disk: QEMU loads them (a bitmap too small for
+# the disk breaks its constraints) and marks a write past the old end.
+cp src.qcow2 r.qcow2
+img resize r.qcow2 48M
+qemu-io -f qcow2 -c 'write 40M 64k' r.qcow2 >/dev/null || fail "qemu-io cannot open the resized image"
+qcheck r.qcow2
+qemu-img info --output=json r.qcow2 | grep -q '"name": "s0"' || fail "bitmap s0 lost by resize"
+qemu-img info r.qcow2 | grep -q in-use && fail "a bitmap left in use after resize"
 echo "img bitmap: ${#steps[@]} steps as qemu-img; the merged bits read back by QEMU"
