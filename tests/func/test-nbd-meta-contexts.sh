@@ -5,7 +5,8 @@
 # bitmap (QEMU-made, granularities 64 KiB and 4 KiB, bits from writes, write-zeroes and
 # a write ioplane gets over NBD) and of the allocation depth of a two-layer chain, and
 # qemu-img map with x-dirty-bitmap, are the same from both servers. Bad bitmaps= are
-# refused with qsd's messages.
+# refused with qsd's messages. The bitmaps ioplane saved at SIGTERM read the same
+# through qsd.
 . "$(dirname "$0")/nbd-lib.sh"
 need qemu-img qemu-io nbdinfo qemu-storage-daemon
 
@@ -90,6 +91,32 @@ for kind in qsd ioplane; do
 	done
 done
 diff -u qsd.out ioplane.out || fail "the maps differ (qsd -, ioplane +)"
+# What ioplane saved at SIGTERM (QEMU-made bitmaps it kept up to date, with the write it
+# got over NBD) is what qsd then exports.
+for b in b0 b1; do
+	sed -n "/^== qemu:dirty-bitmap:$b\$/,/^==/p" ioplane.out | sed '1d;$d' >"saved-$b.want"
+	grep -q dirty "saved-$b.want" || fail "no dirty extent of $b in ioplane.out"
+done
+qemu-img rebase -u -b base.qcow2 -F qcow2 t-ioplane.qcow2
+cp t-ioplane.qcow2 t-qsd.qcow2
+rm -f "$NBD_TMP/qsd.sock"
+qemu-storage-daemon --blockdev driver=file,filename=t-qsd.qcow2,node-name=f \
+	--blockdev driver=qcow2,file=f,node-name=q \
+	--nbd-server "addr.type=unix,addr.path=$NBD_TMP/qsd.sock" \
+	--export type=nbd,id=e,node-name=q,name=d,bitmaps.0=b0,bitmaps.1=b1,writable=on \
+	</dev/null >qsd2.log 2>&1 &
+PID=$!
+nbd_pids+=("$PID")
+for ((i = 0; i < 200; i++)); do
+	[ -S "$NBD_TMP/qsd.sock" ] && break
+	sleep 0.05
+done
+for b in b0 b1; do
+	nbdinfo --map=qemu:dirty-bitmap:$b "nbd+unix:///d?socket=$NBD_TMP/qsd.sock" >"saved-$b.out" ||
+		fail "qsd on the image ioplane saved: $(cat qsd2.log)"
+	diff -u "saved-$b.want" "saved-$b.out" || fail "bitmap $b as ioplane saved it, read by qsd"
+done
+stop
 diff -u qsd.err ioplane.err || fail "the refusals differ"
 grep -q "qemu:dirty-bitmap:b1" ioplane.out || fail "no bitmap context listed"
 grep -q "1  dirty" ioplane.out || fail "no dirty extent seen"
