@@ -3,9 +3,9 @@
 # --remove, --clear, --enable, --disable, --merge (in the image and from another with
 # -b/-F) on two copies of an image gives the same output, messages and exit status at
 # every step, and the same bitmaps in qemu-img info (names, flags, granularities); the
-# bitmap data ioplane wrote is what QEMU reads (the dirty map seen through
-# qemu-storage-daemon after merging a bitmap with bits), and qemu-img check accepts the
-# image.
+# bitmap data ioplane wrote is what QEMU reads (qemu-img bitmap --merge takes it into
+# another image, whose dirty map qemu-storage-daemon exports), and qemu-img check
+# accepts the image; img resize keeps the bitmaps loadable by QEMU.
 . "$(dirname "$0")/img-lib.sh"
 
 for t in q i; do
@@ -44,19 +44,24 @@ diff -u q.info i.info || fail "the bitmaps differ in qemu-img info"
 grep -q "name: b4" i.info || fail "no bitmap b4 in: $(cat i.info)"
 qcheck i.qcow2
 
-# The bits: what ioplane merged into b4 QEMU exports as dirty.
+# The bits: what ioplane merged into b4 (and saved), qemu-img merges into a bitmap of
+# another image, and QEMU exports that one as dirty.
 need qemu-storage-daemon nbdinfo
-qemu-storage-daemon --blockdev driver=file,filename=i.qcow2,node-name=f,read-only=on \
+qemu-img create -q -f qcow2 m.qcow2 16M
+qemu-img bitmap --add m.qcow2 m
+qemu-img bitmap --merge b4 -b i.qcow2 -F qcow2 m.qcow2 m
+qemu-img bitmap --disable m.qcow2 m
+qemu-storage-daemon --blockdev driver=file,filename=m.qcow2,node-name=f,read-only=on \
 	--blockdev driver=qcow2,file=f,node-name=q,read-only=on \
 	--nbd-server "addr.type=unix,addr.path=$T/qsd.sock" \
-	--export type=nbd,id=e,node-name=q,name=d,bitmaps.0=b4 </dev/null >qsd.log 2>&1 &
+	--export type=nbd,id=e,node-name=q,name=d,bitmaps.0=m </dev/null >qsd.log 2>&1 &
 pid=$!
 at_exit "kill $pid 2>/dev/null"
 for ((n = 0; n < 200; n++)); do
 	[ -S "$T/qsd.sock" ] && break
 	sleep 0.05
 done
-nbdinfo --map=qemu:dirty-bitmap:b4 "nbd+unix:///d?socket=$T/qsd.sock" >map.out ||
+nbdinfo --map=qemu:dirty-bitmap:m "nbd+unix:///d?socket=$T/qsd.sock" >map.out ||
 	fail "nbdinfo: $(cat qsd.log)"
 kill $pid
 cat >map.want <<'EOF'
@@ -66,7 +71,7 @@ cat >map.want <<'EOF'
    9437184      131072    1  dirty
    9568256     7208960    0  clean
 EOF
-diff -u map.want map.out || fail "the dirty map of b4 as QEMU reads it"
+diff -u map.want map.out || fail "the dirty map of b4, merged by qemu-img, as QEMU reads it"
 
 # img resize grows the bitmaps with the disk: QEMU loads them (a bitmap too small for
 # the disk breaks its constraints) and marks a write past the old end.
