@@ -317,9 +317,12 @@ done:
 static void __attribute__((noinline))
 blk_dirty_mark_req(struct blk_node *bs, const struct blk_request *req)
 {
-	if (req->len && (req->op == BLK_OP_WRITE || req->op == BLK_OP_WRITE_ZEROES ||
-			 (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore)))
-		blk_dirty_mark(bs, req->offset, req->len);
+	/* Write (1) and write-zeroes (4); discard (3) when it reaches the driver. */
+	if (((0x12u >> req->op) & 1) ||
+	    (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore)) {
+		if (likely(req->len))
+			blk_dirty_mark(bs, req->offset, req->len);
+	}
 }
 
 /* blk_submit() past the drain gate. Always inlined into its two callers,

@@ -110,6 +110,13 @@ void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t le
 	bm_set_bits(bm, b0, b1);
 }
 
+void blk_dirty_mark_slow(struct blk_node *bs, uint64_t off, uint64_t len)
+{
+	for (struct blk_dirty_bitmap *bm = bs->dirty_bitmaps; bm; bm = bm->next)
+		if (atomic_load_explicit(&bm->enabled, memory_order_relaxed))
+			blk_dirty_bitmap_set(bm, off, len); /* a bit set twice is harmless */
+}
+
 void blk_dirty_bitmaps_resize(struct blk_node *bs, uint64_t size)
 {
 	for (struct blk_dirty_bitmap *bm = bs->dirty_bitmaps; bm; bm = bm->next) {

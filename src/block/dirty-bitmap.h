@@ -57,12 +57,19 @@ void blk_dirty_bitmaps_free(struct blk_node *bs);
 /* Set the bits covering [off, off+len) (any thread). */
 void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len);
 
+/* Every enabled bitmap of bs, the long way (ranges of several granules). */
+void blk_dirty_mark_slow(struct blk_node *bs, uint64_t off, uint64_t len);
+
 /* A write to [off, off+len) of bs (len > 0, inside the node): mark every
  * enabled bitmap (any thread). Inline for the common case, one granule
- * whose bit is already set: two loads and a test, no atomic write, so
- * writers on several threads do not bounce the word's cache line. */
+ * per bitmap: a test, and an atomic or only when the bit is clear (so
+ * writers on several threads do not bounce the word's cache line). Any
+ * other case goes to blk_dirty_mark_slow as a tail call, so a caller that
+ * does nothing else keeps no registers. */
 static inline void blk_dirty_mark(struct blk_node *bs, uint64_t off, uint64_t len)
 {
+	bool slow = false;
+
 	for (struct blk_dirty_bitmap *bm = bs->dirty_bitmaps; bm; bm = bm->next) {
 		uint64_t b0 = off >> bm->gran_bits, b1 = (off + len - 1) >> bm->gran_bits;
 		_Atomic uint64_t *w = &bm->words[b0 / 64];
@@ -71,10 +78,12 @@ static inline void blk_dirty_mark(struct blk_node *bs, uint64_t off, uint64_t le
 		if (!atomic_load_explicit(&bm->enabled, memory_order_relaxed))
 			continue;
 		if (b0 != b1 || b0 >= bm->nbits)
-			blk_dirty_bitmap_set(bm, off, len);
+			slow = true;
 		else if (!(atomic_load_explicit(w, memory_order_relaxed) & m))
 			atomic_fetch_or_explicit(w, m, memory_order_relaxed);
 	}
+	if (slow)
+		blk_dirty_mark_slow(bs, off, len);
 }
 /* The node's size changed (drained): every bitmap follows, new bits clear. */
 void blk_dirty_bitmaps_resize(struct blk_node *bs, uint64_t size);
