@@ -12,6 +12,7 @@
 
 #include "block/block-int.h"
 #include "util/trace.h"
+#include "block/dirty-bitmap.h"
 
 /* ---- driver registry ---- */
 
@@ -311,6 +312,20 @@ done:
 	return 0;
 }
 
+/* Writes, write-zeroes and discards dirty the bitmaps of the node; as in
+ * QEMU, not a discard that does nothing (discard=ignore, or a node that
+ * cannot). */
+static void __attribute__((noinline))
+blk_dirty_mark_req(struct blk_node *bs, const struct blk_request *req)
+{
+	/* Write (1) and write-zeroes (4); discard (3) when it reaches the driver. */
+	if (((0x12u >> req->op) & 1) ||
+	    (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore)) {
+		if (likely(req->len))
+			blk_dirty_mark(bs, req->offset, req->len);
+	}
+}
+
 /* blk_submit() past the drain gate. Always inlined into its two callers,
  * so that the fast path stays one function. */
 static inline __attribute__((always_inline)) int submit_checked(struct blk_node *bs,
@@ -344,6 +359,10 @@ static inline __attribute__((always_inline)) int submit_checked(struct blk_node 
 	req->core.flags = 0;
 	req->core.start_tsc = clock_ticks();
 	IOPLANE_TRACE(blk_submit, bs, req);
+	/* Marked at submission, as the request passed the checks: a bitmap
+	 * read after this request was acknowledged shows it. */
+	if (unlikely(bs->dirty_bitmaps != NULL) && req->op != BLK_OP_READ)
+		blk_dirty_mark_req(bs, req);
 	if (unlikely(route == BLK_ROUTE_CORE))
 		ret = blk_submit_slow(bs, req);
 	else if (unlikely(blk_needs_align(bs)))
@@ -491,11 +510,17 @@ bool blk_can_multi_conn(struct blk_node *bs)
 
 int blk_truncate(struct blk_node *bs, uint64_t size)
 {
+	int ret;
+
 	if (bs->read_only)
 		return -EROFS;
 	if (!bs->drv->truncate)
 		return -ENOTSUP;
-	return bs->drv->truncate(bs, size);
+	ret = bs->drv->truncate(bs, size);
+	/* The node's bitmaps follow (no request in flight), as QEMU's do. */
+	if (!ret)
+		blk_dirty_bitmaps_resize(bs, blk_size(bs));
+	return ret;
 }
 
 /* ---- helpers ---- */

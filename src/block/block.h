@@ -29,6 +29,7 @@
 
 struct blk_node;
 struct blk_driver;
+struct blk_dirty_bitmap;
 struct kv_opts;
 
 enum blk_op {
@@ -190,6 +191,11 @@ struct blk_node {
 	bool write_slow;       /* read_only || detect_zeroes: writes leave the fast path */
 	/* Capabilities, cached by blk_open() from the driver's probes. */
 	bool has_fua, has_discard, has_write_zeroes, has_block_status;
+	/* Dirty bitmaps (struct blk_dirty_bitmap list, block/dirty-bitmap.h):
+	 * changed by the main thread while the node is drained (or before it
+	 * serves), read by every submitting thread. NULL: writes pay one
+	 * branch. */
+	struct blk_dirty_bitmap *dirty_bitmaps;
 	/* Permissions (perm.c), main thread only. user_perm/user_shared: what
 	 * the users of a root node hold and share (blk_set_perm; 0 and
 	 * BLK_PERM_ALL after open). perm/shared: what this node holds and

@@ -373,7 +373,7 @@ int blk_resize(struct blk_node *bs, uint64_t size, char *err, size_t errlen)
 			 strerror(-ret));
 		return ret;
 	}
-	ret = blk_truncate(bs, size);
+	ret = blk_truncate(bs, size); /* its bitmaps too */
 	blk_drain_end(bs);
 	blk_set_perm(bs, perm, shared, NULL, 0); /* dropping one cannot fail */
 	if (ret == -ENOTSUP && !strcmp(bs->drv->name, "raw")) {

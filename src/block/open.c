@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "block/block-int.h"
+#include "block/dirty-bitmap.h"
 #include "block/graph.h"
 #include "util/opts.h"
 
@@ -108,6 +109,7 @@ static void blk_node_free(struct blk_node *bs)
 	}
 	blk_stats_free(bs);
 	blk_track_free(bs);
+	blk_dirty_bitmaps_free(bs);
 	free(bs->name);
 	free(bs);
 }

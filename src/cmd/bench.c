@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "block/block.h"
+#include "block/dirty-bitmap.h"
 #include "cmd/bench-vhost.h"
 #include "cmd/cmd.h"
 #include "cmd/img-int.h"
@@ -30,6 +31,7 @@ enum bench_cache { CACHE_NONE, CACHE_WRITEBACK, CACHE_WRITETHROUGH, CACHE_DIRECT
 
 struct bench_opts {
 	uint64_t count, depth, bufsize, step, offset, flush_interval, seed;
+	uint64_t dirty_bitmaps; /* enabled in-memory bitmaps on the node (write cost) */
 	int64_t poll_max_ns;
 	const char *fmt, *aio, *target;
 	enum bench_cache cache;
@@ -241,6 +243,8 @@ static void bench_usage(FILE *f)
 		"-t: none|writeback|writethrough|directsync|unsafe   -n: same as -i native\n"
 		"--random: uniform random offsets aligned to buffer_size from offset on\n"
 		"--poll-max-ns: the loop's adaptive polling limit (0: no polling)\n"
+		"--x-dirty-bitmaps=N: N enabled dirty bitmaps (64 KiB granularity) on the\n"
+		"        node, marked by every write (to measure what tracking costs)\n"
 		"ioplane bench --vhost-user SOCKET [--num-queues N] ...: drive a vhost-user-blk\n"
 		"        back-end instead (ioplane bench --vhost-user x --help)\n");
 }
@@ -320,6 +324,7 @@ enum {
 	OPT_SEED,
 	OPT_POLL_MAX_NS,
 	OPT_IMAGE_OPTS,
+	OPT_DIRTY_BITMAPS,
 };
 
 static const struct option bench_long_opts[] = {
@@ -332,6 +337,7 @@ static const struct option bench_long_opts[] = {
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "poll-max-ns", required_argument, NULL, OPT_POLL_MAX_NS },
 	{ "image-opts", no_argument, NULL, OPT_IMAGE_OPTS },
+	{ "x-dirty-bitmaps", required_argument, NULL, OPT_DIRTY_BITMAPS },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -364,6 +370,7 @@ static int bench_opt(int c, const char *arg, struct bench_opts *o)
 		return 0;
 	case OPT_RANDOM: o->random = true; return 0;
 	case OPT_IMAGE_OPTS: o->image_opts = true; return 0;
+	case OPT_DIRTY_BITMAPS: return bench_num(arg, 0, 64, "bitmap count", &o->dirty_bitmaps);
 	case OPT_SEED: o->seeded = true; return bench_num(arg, 0, UINT64_MAX, "seed", &o->seed);
 	case OPT_POLL_MAX_NS:
 		if (bench_num(arg, 0, INT64_MAX, "poll-max-ns", &v))
@@ -533,6 +540,26 @@ static int bench_lock(const struct bench_opts *o, struct blk_node **bs, char *er
 	return ret;
 }
 
+/* --x-dirty-bitmaps N: what a write costs with bitmaps to mark (freed with
+ * the node). */
+static int bench_add_bitmaps(const struct bench_opts *o, struct blk_node *bs, char *err,
+			     size_t errlen)
+{
+	for (uint64_t i = 0; i < o->dirty_bitmaps; i++) {
+		char name[32];
+		struct blk_dirty_bitmap *bm;
+
+		snprintf(name, sizeof(name), "bench%llu", (unsigned long long)i);
+		bm = blk_dirty_bitmap_new(name, blk_size(bs), 65536);
+		if (!bm) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		blk_dirty_bitmap_link(bs, bm);
+	}
+	return 0;
+}
+
 static int bench_open(const struct bench_opts *o, struct blk_node **out)
 {
 	static const char *const cache_opt[] = {
@@ -563,6 +590,8 @@ static int bench_open(const struct bench_opts *o, struct blk_node **out)
 	}
 	if (!ret)
 		ret = bench_lock(o, out, err, sizeof(err));
+	if (!ret)
+		ret = bench_add_bitmaps(o, *out, err, sizeof(err));
 	if (ret < 0)
 		fprintf(stderr, "%s: Could not open '%s': %s\n", BENCH_PROG, o->target,
 			err[0] ? err : strerror(-ret));

@@ -17,5 +17,6 @@ int cmd_img_map(int argc, char **argv);
 int cmd_img_convert(int argc, char **argv);
 int cmd_img_compare(int argc, char **argv);
 int cmd_img_resize(int argc, char **argv);
+int cmd_img_bitmap(int argc, char **argv);
 
 #endif

@@ -27,6 +27,7 @@ static const struct cmd img_cmds[] = {
 	{ "convert", cmd_img_convert, "copy an image, possibly to another format" },
 	{ "compare", cmd_img_compare, "compare the contents of two images" },
 	{ "resize", cmd_img_resize, "change an image's virtual size" },
+	{ "bitmap", cmd_img_bitmap, "add, remove, clear, enable, disable or merge qcow2 bitmaps" },
 	{ "bench", cmd_bench, "run a block-layer benchmark (same as `ioplane bench`)" },
 	{ NULL, NULL, NULL },
 };

@@ -935,6 +935,26 @@ static int setup_control(struct serve *sv)
 	return serve_qsd_start(sv->qsd);
 }
 
+/* --image, --object and --blockdev. The opens run on the control loop, as
+ * blockdev-add's do: the main loop never submits to a node itself, so a
+ * later drain from a QMP handler (which blocks the main loop) never waits
+ * for it. */
+static int open_nodes(struct serve *sv)
+{
+	struct loop *prev;
+	int status;
+
+	if (blk_ctl_enter(&prev) < 0)
+		return 1;
+	status = open_images(sv);
+	if (status < 0)
+		status = lock_images(sv);
+	if (status < 0)
+		status = serve_qsd_objects(sv->qsd);
+	blk_ctl_leave(prev);
+	return status;
+}
+
 static int serve_run(struct serve *sv, const sigset_t *set)
 {
 	int status;
@@ -951,11 +971,7 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 		status = 1;
 	}
 	if (status < 0)
-		status = open_images(sv);
-	if (status < 0)
-		status = lock_images(sv);
-	if (status < 0)
-		status = serve_qsd_objects(sv->qsd);
+		status = open_nodes(sv);
 	if (status < 0)
 		status = start_iothreads(sv);
 	if (status < 0)

@@ -14,6 +14,8 @@
 #include "block/graph.h"
 #include "block/qcow2/qcow2.h"
 #include "block/throttle-group.h"
+#include "block/block.h"
+#include "control/qmp-bitmap.h"
 #include "control/qmp-block.h"
 #include "control/qmp.h"
 #include "util/trace.h"
@@ -190,6 +192,8 @@ json_t *qmp_block_node_info(struct blk_node *bs, int flat)
 	json_object_set_new(o, "image", image_info(bs, flat));
 	if (throttle_node_group(bs) && bs->next)
 		filter_info(o, bs, flat);
+	if (bs->dirty_bitmaps)
+		json_object_set_new(o, "dirty-bitmaps", qmp_bitmap_info_list(bs));
 	return o;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "block/graph.h"
+#include "control/qmp-bitmap.h"
 #include "control/qmp-block.h"
 #include "control/qmp.h"
 #include "util/opts.h"
@@ -483,6 +484,8 @@ int qmp_block_register(void)
 		ret = qmp_register(&block_cmds[i]);
 	if (!ret)
 		ret = qmp_block_query_register();
+	if (!ret)
+		ret = qmp_bitmap_register();
 	done = ret == 0;
 	return ret;
 }

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "block/block.h"
+#include "block/dirty-bitmap.h"
 #include "block/graph.h"
 #include "control/monitor-opts.h"
 #include "control/qmp-export-int.h"
@@ -177,7 +178,6 @@ static int listening_fd(const char *s, bool cmdline, char *err, size_t errlen)
 static int nbd_check(const json_t *args, const char *name, char *err, size_t errlen)
 {
 	const char *desc = qapi_get_str(args, "description");
-	json_t *bitmaps = qapi_get(args, "bitmaps");
 
 	if (strlen(name) > NBD_MAX_STRING) {
 		snprintf(err, errlen, "export name '%s' too long", name);
@@ -187,15 +187,64 @@ static int nbd_check(const json_t *args, const char *name, char *err, size_t err
 		snprintf(err, errlen, "description '%s' too long", desc);
 		return -EINVAL;
 	}
-	if (json_array_size(bitmaps)) {
-		snprintf(err, errlen, "Bitmap '%s' is not found",
-			 json_string_value(json_array_get(bitmaps, 0)));
-		return -ENOENT;
+	return 0;
+}
+
+/* The bitmap named name on bs or down its backing chain, as QEMU looks
+ * for an exported bitmap. */
+static struct blk_dirty_bitmap *nbd_find_bitmap(struct blk_node **bsp, const char *name)
+{
+	for (struct blk_node *bs = *bsp; bs; bs = blk_child(bs, BLK_ROLE_BACKING)) {
+		struct blk_dirty_bitmap *bm = blk_dirty_bitmap_find(bs, name);
+
+		if (bm) {
+			*bsp = bs;
+			return bm;
+		}
 	}
-	if (qapi_get_bool(args, "allocation-depth", false)) {
-		snprintf(err, errlen, "allocation-depth is not supported by ioplane");
-		return -ENOTSUP;
+	return NULL;
+}
+
+/* bitmaps: each one found, usable, and not too many. */
+static int nbd_bitmaps(const json_t *args, struct blk_node *bs, struct nbd_export_config *ec,
+		       struct blk_dirty_bitmap **out, char *err, size_t errlen)
+{
+	json_t *list = qapi_get(args, "bitmaps"), *v;
+	size_t i;
+
+	json_array_foreach (list, i, v) {
+		const char *name = json_string_value(v);
+		struct blk_node *on = bs;
+		struct blk_dirty_bitmap *bm = nbd_find_bitmap(&on, name);
+
+		if (!bm) {
+			snprintf(err, errlen, "Bitmap '%s' is not found", name);
+			return -ENOENT;
+		}
+		if (bm->busy || bm->inconsistent) {
+			snprintf(err, errlen,
+				 bm->busy ? "Bitmap '%s' is currently in use by another operation "
+					    "and cannot be used"
+					  : "Bitmap '%s' is inconsistent and cannot be used",
+				 name);
+			return -EINVAL;
+		}
+		/* As QEMU: a read-only export cannot promise what an enabled
+		 * bitmap of a writable node will say. */
+		if (!ec->writable && !on->read_only && atomic_load(&bm->enabled)) {
+			snprintf(err, errlen,
+				 "Enabled bitmap '%s' incompatible with readonly export", name);
+			return -EINVAL;
+		}
+		if (i == NBD_MAX_EXPORT_BITMAPS) {
+			snprintf(err, errlen, "an NBD export has at most %u bitmaps in ioplane",
+				 NBD_MAX_EXPORT_BITMAPS);
+			return -EINVAL;
+		}
+		out[i] = bm;
 	}
+	ec->bitmaps = out;
+	ec->nbitmaps = (unsigned)json_array_size(list);
 	return 0;
 }
 
@@ -204,6 +253,7 @@ static int add_nbd(const json_t *args, struct qexp *x, struct blk_node *bs,
 {
 	const char *name = qapi_get_str(args, "name");
 	struct nbd_export_config ec = {.bs = bs, .detect_zeroes = dz};
+	struct blk_dirty_bitmap *bitmaps[NBD_MAX_EXPORT_BITMAPS];
 	int ret;
 
 	ec.name = name ? name : x->node;
@@ -211,7 +261,10 @@ static int add_nbd(const json_t *args, struct qexp *x, struct blk_node *bs,
 	ec.writable = qapi_get_bool(args, "writable", false);
 	ec.loops = x->held; /* its connections run there (round-robin) */
 	ec.nloops = x->nheld;
+	ec.alloc_depth = qapi_get_bool(args, "allocation-depth", false);
 	ret = nbd_check(args, ec.name, err, errlen);
+	if (!ret) /* after writable= is known */
+		ret = nbd_bitmaps(args, bs, &ec, bitmaps, err, errlen);
 	if (ret < 0)
 		return ret;
 	ret = nbd_server_export_add(x->srv, &ec, &x->nexp, err, errlen);

@@ -11,8 +11,10 @@
  *
  * Threading: runs on the connection's loop. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "block/dirty-bitmap.h"
 #include "export/nbd-int.h"
 #include "util/log.h"
 
@@ -89,7 +91,7 @@ static int enter_transmission(struct nbd_conn *c, struct nbd_export *e)
 	c->exp = e; /* takes the caller's reference */
 	c->tflags = nbd_export_tflags(e, c->structured || c->extended);
 	/* Block status needs a context selected for this very export. */
-	c->meta_alloc = c->meta_alloc && c->meta_exp == e;
+	c->meta = c->meta_exp == e ? c->meta : 0;
 	nbd_export_put(c->meta_exp);
 	c->meta_exp = NULL;
 	c->phase = NBD_PHASE_TRANSMISSION;
@@ -256,68 +258,122 @@ static bool query_is(const uint8_t *q, uint32_t len, const char *s)
 	return strlen(s) == len && !memcmp(q, s, len);
 }
 
-/* Parse NBD_OPT_{LIST,SET}_META_CONTEXT; *alloc tells whether base:allocation
- * matches. Returns an NBD_REP_ERR_* or 0. */
+#define QEMU_BITMAP_PREFIX "qemu:dirty-bitmap:"
+
+/* The contexts (NBD_META_*) one query names for export e (NULL: not
+ * known). LIST also takes the namespaces "base:", "qemu:" and
+ * "qemu:dirty-bitmap:" as every context under them; unknown namespaces and
+ * leaves select nothing. */
+static uint32_t meta_match(const struct nbd_export *e, const uint8_t *q, uint32_t len, bool set)
+{
+	size_t plen = strlen(QEMU_BITMAP_PREFIX);
+	uint32_t m = 0, bitmaps = 0;
+
+	if (query_is(q, len, NBD_META_BASE_ALLOCATION) || (!set && query_is(q, len, "base:")))
+		return NBD_META_ALLOC;
+	if (!e)
+		return 0;
+	for (unsigned i = 0; i < e->nbitmaps; i++) {
+		const char *name = e->bitmaps[i]->name;
+
+		bitmaps |= NBD_META_BITMAP(i);
+		if (len == plen + strlen(name) && !memcmp(q, QEMU_BITMAP_PREFIX, plen) &&
+		    !memcmp(q + plen, name, len - plen))
+			m |= NBD_META_BITMAP(i);
+	}
+	if (e->alloc_depth && query_is(q, len, "qemu:allocation-depth"))
+		m |= NBD_META_DEPTH;
+	if (!set && query_is(q, len, QEMU_BITMAP_PREFIX))
+		m |= bitmaps;
+	if (!set && query_is(q, len, "qemu:"))
+		m |= bitmaps | (e->alloc_depth ? NBD_META_DEPTH : 0);
+	return m;
+}
+
+/* Every context of export e. */
+static uint32_t meta_all(const struct nbd_export *e)
+{
+	return NBD_META_ALLOC | (e->alloc_depth ? NBD_META_DEPTH : 0) |
+	       (NBD_META_BITMAP(e->nbitmaps) - NBD_META_BITMAP(0));
+}
+
+/* Parse NBD_OPT_{LIST,SET}_META_CONTEXT: the export (a reference) and the
+ * contexts its queries name. Returns an NBD_REP_ERR_* or 0. */
 static uint32_t meta_parse(struct nbd_conn *c, const uint8_t *data, uint32_t len, bool set,
-			   struct nbd_export **exp, bool *alloc)
+			   struct nbd_export **exp, uint32_t *sel)
 {
 	struct opt_cursor cur = {data, len};
 	const uint8_t *name, *q;
 	uint32_t namelen, nq, qlen, i;
 
-	*alloc = false;
+	*sel = 0;
+	*exp = NULL;
 	if (!cur_u32(&cur, &namelen) || !cur_str(&cur, namelen, &name) || !cur_u32(&cur, &nq))
 		return NBD_REP_ERR_INVALID;
 	/* Each query takes at least 4 bytes: bound the loop by the data. */
 	if (nq > cur.left / 4)
 		return NBD_REP_ERR_INVALID;
+	*exp = nbd_export_find(c->srv, (const char *)name, namelen);
 	for (i = 0; i < nq; i++) {
 		if (!cur_u32(&cur, &qlen) || !cur_str(&cur, qlen, &q))
 			return NBD_REP_ERR_INVALID;
-		/* "base:" lists every base context but selects none; unknown
-		 * namespaces and leaves are ignored. */
-		if (query_is(q, qlen, NBD_META_BASE_ALLOCATION) ||
-		    (!set && query_is(q, qlen, "base:")))
-			*alloc = true;
+		*sel |= meta_match(*exp, q, qlen, set);
 	}
 	if (cur.left)
 		return NBD_REP_ERR_INVALID;
+	if (!*exp)
+		return NBD_REP_ERR_UNKNOWN;
 	if (!set && nq == 0)
-		*alloc = true;
-	*exp = nbd_export_find(c->srv, (const char *)name, namelen);
-	return *exp ? 0 : NBD_REP_ERR_UNKNOWN;
+		*sel = meta_all(*exp);
+	return 0;
+}
+
+/* One NBD_REP_META_CONTEXT for context bit i of export e. */
+static int meta_reply(struct nbd_conn *c, uint32_t opt, const struct nbd_export *e, unsigned i,
+		      bool set)
+{
+	uint8_t buf[4 + sizeof(QEMU_BITMAP_PREFIX) + 1024];
+	int n;
+
+	if (i == 0)
+		n = snprintf((char *)buf + 4, sizeof(buf) - 4, "%s", NBD_META_BASE_ALLOCATION);
+	else if (i == 1)
+		n = snprintf((char *)buf + 4, sizeof(buf) - 4, "qemu:allocation-depth");
+	else
+		n = snprintf((char *)buf + 4, sizeof(buf) - 4, "%s%s", QEMU_BITMAP_PREFIX,
+			     e->bitmaps[i - 2]->name);
+	nbd_put32(buf, set ? i + 1 : 0);
+	return opt_reply(c, opt, NBD_REP_META_CONTEXT, buf, 4 + (uint32_t)n);
 }
 
 static int opt_meta(struct nbd_conn *c, uint32_t opt, const uint8_t *data, uint32_t len)
 {
 	bool set = opt == NBD_OPT_SET_META_CONTEXT;
-	uint8_t ctx[4 + sizeof(NBD_META_BASE_ALLOCATION) - 1];
 	struct nbd_export *e;
-	uint32_t err;
-	bool alloc;
+	uint32_t err, sel;
 	int ret = 0;
 
 	if (set) { /* replaces the selection even when it fails */
-		c->meta_alloc = false;
+		c->meta = 0;
 		nbd_export_put(c->meta_exp);
 		c->meta_exp = NULL;
 	}
 	if (!c->structured && !c->extended)
 		return opt_error(c, opt, NBD_REP_ERR_INVALID,
 				 "negotiate structured replies or extended headers first");
-	err = meta_parse(c, data, len, set, &e, &alloc);
-	if (err)
+	err = meta_parse(c, data, len, set, &e, &sel);
+	if (err) {
+		nbd_export_put(e);
 		return opt_error(c, opt, err,
 				 err == NBD_REP_ERR_UNKNOWN ? "no such export" : "malformed query");
-	if (alloc) {
-		nbd_put32(ctx, set ? NBD_META_ID_ALLOC : 0);
-		memcpy(ctx + 4, NBD_META_BASE_ALLOCATION, sizeof(ctx) - 4);
-		ret = opt_reply(c, opt, NBD_REP_META_CONTEXT, ctx, sizeof(ctx));
-		if (set) {
-			c->meta_alloc = true;
-			c->meta_exp = e; /* keeps the reference */
-			e = NULL;
-		}
+	}
+	for (unsigned i = 0; !ret && i < 32; i++)
+		if (sel & (1u << i))
+			ret = meta_reply(c, opt, e, i, set);
+	if (set && sel && !ret) {
+		c->meta = sel;
+		c->meta_exp = e; /* keeps the reference */
+		e = NULL;
 	}
 	nbd_export_put(e);
 	return ret ? ret : opt_reply(c, opt, NBD_REP_ACK, NULL, 0);

@@ -41,7 +41,13 @@
 #define NBD_SPARSE_READ_MIN (64u << 10) /* reads this large look for holes first */
 #define NBD_READ_EXTENTS 8              /* content chunks per sparse read */
 #define NBD_STATUS_EXTENTS 64           /* descriptors per block-status reply */
-#define NBD_META_ID_ALLOC 1             /* context id of base:allocation */
+/* Metadata contexts: bit i of a connection's selection is context id i + 1. */
+#define NBD_META_ID_ALLOC 1   /* base:allocation */
+#define NBD_META_ID_DEPTH 2   /* qemu:allocation-depth */
+#define NBD_META_ID_BITMAP0 3 /* qemu:dirty-bitmap: of the export's first bitmap */
+#define NBD_META_ALLOC (1u << 0)
+#define NBD_META_DEPTH (1u << 1)
+#define NBD_META_BITMAP(i) (1u << (2 + (i)))
 
 /* ---- server ------------------------------------------------------------ */
 
@@ -56,6 +62,9 @@ struct nbd_export {
 	struct blk_node *bs;
 	bool writable;
 	enum nbd_detect_zeroes detect_zeroes;
+	struct blk_dirty_bitmap *bitmaps[NBD_MAX_EXPORT_BITMAPS]; /* busy while here */
+	unsigned nbitmaps;
+	bool alloc_depth;
 	struct nbd_server *srv;
 	struct loop **loops; /* nbd_export_config's (owned copy of the array) */
 	unsigned nloops;
@@ -173,6 +182,12 @@ struct nbd_req {
 	uint64_t done;  /* bytes covered so far (status scans) */
 	unsigned nexts; /* extents used */
 	unsigned scans; /* block-status queries made */
+	/* BLOCK_STATUS of qemu:allocation-depth (nbd-status.c): the layer
+	 * being asked about [offset + ddone, ...) and its depth (1: the top). */
+	uint64_t ddone;
+	unsigned dnexts;
+	struct blk_node *dnode;
+	uint32_t ddepth;
 	struct nbd_extent ext[NBD_READ_EXTENTS];
 
 	/* The reply, built when the request finishes. */
@@ -263,7 +278,7 @@ struct nbd_conn {
 
 	/* Negotiated in the handshake. */
 	bool no_zeroes, structured, extended;
-	bool meta_alloc;             /* base:allocation selected ... */
+	uint32_t meta;               /* contexts selected (NBD_META_*) ... */
 	struct nbd_export *meta_exp; /* ... for this export */
 	struct nbd_export *exp;      /* transmission: the export */
 	uint16_t tflags;
@@ -430,6 +445,9 @@ extern const struct nbd_cmd nbd_cmds[NBD_CMD_COUNT];
 /* The next block-status query of a READ scan or a BLOCK_STATUS request:
  * from r->offset + r->done to the end of the request. */
 int nbd_req_scan_next(struct nbd_req *r);
+/* nbd_req_submit() to another node (a backing layer of the export's). */
+int nbd_req_submit_to(struct nbd_req *r, struct blk_node *bs, uint8_t op, uint32_t flags,
+		      uint64_t off, uint64_t len);
 void nbd_status_start(struct nbd_req *r);
 void nbd_status_blk_done(struct nbd_req *r, int ret);
 void nbd_status_reply(struct nbd_req *r);

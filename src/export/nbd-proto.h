@@ -112,6 +112,8 @@
 /* base:allocation status flags */
 #define NBD_STATE_HOLE (1u << 0)
 #define NBD_STATE_ZERO (1u << 1)
+/* qemu:dirty-bitmap: status flag */
+#define NBD_STATE_DIRTY (1u << 0)
 
 /* Error values */
 #define NBD_EPERM 1

@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include "block/dirty-bitmap.h"
 #include "export/nbd-int.h"
 #include "util/compiler.h"
 #include "util/log.h"
@@ -122,6 +123,8 @@ struct nbd_export *nbd_export_find(struct nbd_server *s, const char *name, size_
 static void export_free(struct nbd_export *e)
 {
 	free(e->loops);
+	for (unsigned i = 0; i < e->nbitmaps; i++)
+		e->bitmaps[i]->busy--;
 	free(e->name);
 	free(e->description);
 	free(e);
@@ -216,6 +219,11 @@ static struct nbd_export *export_new(struct nbd_server *s, const struct nbd_expo
 	e->bs = ec->bs;
 	e->writable = ec->writable;
 	e->detect_zeroes = ec->detect_zeroes;
+	e->alloc_depth = ec->alloc_depth;
+	for (unsigned i = 0; i < ec->nbitmaps && i < NBD_MAX_EXPORT_BITMAPS; i++) {
+		e->bitmaps[e->nbitmaps++] = ec->bitmaps[i];
+		ec->bitmaps[i]->busy++;
+	}
 	e->srv = s;
 	e->gone_msg.cb = export_gone_cb;
 	atomic_init(&e->refs, 1);

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 struct blk_node;
+struct blk_dirty_bitmap;
 struct loop;
 struct nbd_budget;
 struct nbd_export;
@@ -70,7 +71,15 @@ struct nbd_export_config {
 	 * must outlive the export (nbd_server_forget_loop when one goes). */
 	struct loop *const *loops;
 	unsigned nloops;
+	/* Metadata contexts besides base:allocation: qemu:dirty-bitmap:NAME of
+	 * each bitmap (of bs or a node below; busy while exported), and
+	 * qemu:allocation-depth. */
+	struct blk_dirty_bitmap *const *bitmaps;
+	unsigned nbitmaps; /* at most NBD_MAX_EXPORT_BITMAPS */
+	bool alloc_depth;
 };
+
+#define NBD_MAX_EXPORT_BITMAPS 6
 
 int nbd_server_new(const struct nbd_server_config *cfg, struct nbd_server **out);
 /* Add an export, before or while listening: clients negotiating afterwards

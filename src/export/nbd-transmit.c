@@ -256,6 +256,12 @@ static void req_blk_cb(struct blk_request *blk, int ret)
 
 int nbd_req_submit(struct nbd_req *r, uint8_t op, uint32_t flags, uint64_t off, uint64_t len)
 {
+	return nbd_req_submit_to(r, r->conn->exp->bs, op, flags, off, len);
+}
+
+int nbd_req_submit_to(struct nbd_req *r, struct blk_node *bs, uint8_t op, uint32_t flags,
+		      uint64_t off, uint64_t len)
+{
 	struct blk_request *b = &r->blk;
 
 	memset(b, 0, offsetof(struct blk_request, drv));
@@ -271,7 +277,7 @@ int nbd_req_submit(struct nbd_req *r, uint8_t op, uint32_t flags, uint64_t off, 
 	b->opaque = r;
 	if (op == BLK_OP_FLUSH)
 		r->conn->dirty = false;
-	return blk_submit(r->conn->exp->bs, b);
+	return blk_submit(bs, b);
 }
 
 /* ---- parsing and validation --------------------------------------------- */
@@ -330,7 +336,7 @@ static uint32_t validate(struct nbd_conn *c, struct nbd_req *r, const char **msg
 	if (r->type == NBD_CMD_READ && r->len > NBD_MAX_REQUEST)
 		return refuse(msg, "read larger than the maximum payload",
 			      sr ? NBD_EOVERFLOW : NBD_EINVAL);
-	if (r->type == NBD_CMD_BLOCK_STATUS && !c->meta_alloc)
+	if (r->type == NBD_CMD_BLOCK_STATUS && !c->meta)
 		return refuse(msg, "no metadata context selected", NBD_EINVAL);
 	if (r->type == NBD_CMD_BLOCK_STATUS && r->len == 0)
 		return refuse(msg, "block status of zero bytes", NBD_EINVAL);

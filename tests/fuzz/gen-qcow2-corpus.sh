@@ -4,7 +4,8 @@
 # 64 KiB, every refcount width (one image with a full refcount table), extended L2
 # entries, lazy refcounts (a dirty image),
 # zlib and zstd compressed clusters, zero clusters, discards, an internal snapshot, a
-# backing file name, a bitmap, an external data file and metadata preallocation.
+# backing file name, bitmaps (several granularities, disabled, in use, an all-ones
+# table entry), an external data file and metadata preallocation.
 # Trailing zero bytes of the last cluster are cut (readers pad a short file with zeroes;
 # checked with qemu-img compare), so each file stays below 300 KiB.
 #
@@ -144,6 +145,36 @@ img v3-c4k-bitmap 128K cluster_size=4k
 qemu-img bitmap --add "$tmp/v3-c4k-bitmap.qcow2" b0
 io v3-c4k-bitmap 'write -P 0x71 0 4k'
 finish v3-c4k-bitmap
+
+# Bitmaps as the driver loads and writes them back: two of 512 B and 4 KiB granularity
+# on 512-byte clusters (a table of several entries; one disabled), and copies whose
+# first bitmap is in use (inconsistent: kept as found) or whose first table entry says
+# "all ones".
+img v3-c512-bitmaps 4M cluster_size=512
+qemu-img bitmap --add -g 512 "$tmp/v3-c512-bitmaps.qcow2" fine
+qemu-img bitmap --add "$tmp/v3-c512-bitmaps.qcow2" coarse
+io v3-c512-bitmaps 'write -P 0x72 0 3k' 'write -P 0x73 3M 4k' 'write -z 2M 8k'
+qemu-img bitmap --disable "$tmp/v3-c512-bitmaps.qcow2" coarse
+finish v3-c512-bitmaps
+bm_patch() { # SOURCE NAME in-use|ones
+	cp "$out/$1.qcow2" "$out/$2.qcow2"
+	python3 - "$out/$2.qcow2" "$3" <<-'EOF'
+	import struct, sys
+	path, what = sys.argv[1], sys.argv[2]
+	d = bytearray(open(path, 'rb').read())
+	pos = struct.unpack_from('>I', d, 100)[0]
+	while struct.unpack_from('>I', d, pos)[0] != 0x23852875:
+	    pos += 8 + (struct.unpack_from('>I', d, pos + 4)[0] + 7) // 8 * 8
+	ent = struct.unpack_from('>Q', d, pos + 24)[0]
+	if what == 'in-use':
+	    struct.pack_into('>I', d, ent + 12, struct.unpack_from('>I', d, ent + 12)[0] | 1)
+	else:
+	    struct.pack_into('>Q', d, struct.unpack_from('>Q', d, ent)[0], 1)
+	open(path, 'wb').write(d)
+	EOF
+}
+bm_patch v3-c512-bitmaps v3-c512-bitmap-inuse in-use
+bm_patch v3-c4k-bitmap v3-c4k-bitmap-ones ones
 
 # External data file name (the fuzz target clears the bit: no host file is opened).
 (cd "$tmp" && img v3-c4k-datafile 64K cluster_size=4k,data_file=data.raw)

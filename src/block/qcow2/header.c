@@ -128,12 +128,10 @@ static int hdr_ext_string(char **dst, bool *seen, const uint8_t *p, uint32_t len
 	return 0;
 }
 
-/* Bitmaps are not maintained (a read-write open clears the autoclear bit, as
- * any program without bitmap support does; not img check -r's, which writes
- * no guest data), but while the bit is set the directory is metadata:
- * checked as QEMU does, kept clear of guest data, and its tables and their
- * clusters counted by the check. Without the bit the extension is ignored,
- * as in QEMU. */
+/* While the autoclear bit is set the directory is metadata: checked as QEMU
+ * does, kept clear of guest data, its bitmaps loaded at open (bitmap.c) and
+ * its tables and their clusters counted by the check. Without the bit the
+ * extension is ignored, as in QEMU. */
 static int hdr_ext_bitmaps(struct qc_state *s, struct hdr_exts *x, const uint8_t *p, uint32_t len,
 			   char *err, size_t errlen)
 {
@@ -517,6 +515,72 @@ int qc_header_mark_clean(struct qc_state *s)
 	return ret;
 }
 
+/* The extension area [header_length, end) without the bitmaps extension,
+ * then (count > 0) a new one: into out (end - header_length bytes, zeroed).
+ * -ENOSPC if it does not fit. */
+static int hdr_exts_rebuild(const struct qc_state *s, uint8_t *out, uint64_t end, unsigned count,
+			    uint64_t len, uint64_t off)
+{
+	const uint8_t *buf = s->hdr_cluster;
+	uint64_t pos = s->h.header_length, o = 0, room = end - pos;
+
+	if (count) {
+		if (room < 8 + 24 + 8)
+			return -ENOSPC;
+		qc_wr32(out, QC_EXT_BITMAPS);
+		qc_wr32(out + 4, 24);
+		qc_wr32(out + 8, count);
+		qc_wr64(out + 16, len);
+		qc_wr64(out + 24, off);
+		o = 32;
+	}
+	while (pos + 8 <= end) {
+		uint32_t type = qc_rd32(buf + pos), elen = qc_rd32(buf + pos + 4);
+		uint64_t step = qc_align_up(8 + (uint64_t)elen, 8);
+
+		if (type == QC_EXT_END || elen > end - pos - 8)
+			break;
+		if (type != QC_EXT_BITMAPS) {
+			if (o + step + 8 > room)
+				return -ENOSPC;
+			memcpy(out + o, buf + pos, 8 + elen);
+			o += step;
+		}
+		pos += step;
+	}
+	return 0; /* the end marker: zeroes */
+}
+
+/* The bitmaps extension now says count bitmaps in a directory of len bytes
+ * at off (count 0: no extension), and the autoclear bit says whether it is
+ * valid: the bit is set only once the extension is on disk, and cleared
+ * before it goes. Durable. */
+int qc_header_set_bitmaps(struct qc_state *s, unsigned count, uint64_t len, uint64_t off)
+{
+	uint64_t end = s->cluster_size, ac = s->h.autoclear;
+	uint8_t *area;
+	int ret = 0;
+
+	if (s->h.backing_file_offset && s->h.backing_file_offset < end)
+		end = s->h.backing_file_offset;
+	area = calloc(1, end - s->h.header_length);
+	if (!area)
+		return -ENOMEM;
+	if (!count && (ac & QC_AUTOCLEAR_BITMAPS))
+		ret = qc_header_write_features(s, s->h.incompat, ac & ~QC_AUTOCLEAR_BITMAPS);
+	if (!ret)
+		ret = hdr_exts_rebuild(s, area, end, count, len, off);
+	if (!ret)
+		ret = qc_header_write_field(s, s->h.header_length, area, end - s->h.header_length);
+	if (!ret)
+		ret = qc_co_flush(s->file);
+	if (!ret && count)
+		ret = qc_header_write_features(s, s->h.incompat,
+					       s->h.autoclear | QC_AUTOCLEAR_BITMAPS);
+	free(area);
+	return ret;
+}
+
 /* ---- tool API: info ---- */
 
 static char *hdr_dup(const char *s)
@@ -584,7 +648,7 @@ int qcow2_get_info(struct blk_node *bs, struct qcow2_info *info)
 	return ret;
 }
 
-/* ---- the bitmap directory (read-only: for img info and check) ---- */
+/* ---- the bitmap directory (read: open, img info and check) ---- */
 
 #define BM_ENTRY_LEN 24
 #define BM_MAX_TABLE_SIZE 0x8000000u

@@ -52,7 +52,7 @@
 #define QC_COMPAT_LAZY (1ull << 0)
 #define QC_AUTOCLEAR_BITMAPS (1ull << 0)
 #define QC_AUTOCLEAR_DATA_RAW (1ull << 1)
-#define QC_AUTOCLEAR_KNOWN QC_AUTOCLEAR_DATA_RAW /* bitmaps are not maintained */
+#define QC_AUTOCLEAR_KNOWN (QC_AUTOCLEAR_BITMAPS | QC_AUTOCLEAR_DATA_RAW)
 
 /* Header extensions. */
 #define QC_EXT_END 0x00000000u
@@ -247,7 +247,8 @@ struct qc_state {
 	uint8_t *hdr_cluster; /* the first cluster as read (for info/extensions) */
 	unsigned nb_bitmaps;
 	uint64_t bmdir_offset, bmdir_bytes; /* bitmap directory (0: none or ignored) */
-	uint64_t open_incompat;             /* incompatible features as found at open */
+	bool bm_owned; /* open read-write: the bitmaps on disk are marked in use (bitmap.c) */
+	uint64_t open_incompat; /* incompatible features as found at open */
 
 	/* Geometry (read-only after open). */
 	unsigned cluster_bits;
@@ -432,6 +433,7 @@ int qc_header_write_features(struct qc_state *s, uint64_t incompat, uint64_t aut
 int qc_header_write_field(struct qc_state *s, unsigned off, const void *val, unsigned len);
 int qc_header_mark_dirty(struct qc_state *s);
 int qc_header_mark_clean(struct qc_state *s);
+int qc_header_set_bitmaps(struct qc_state *s, unsigned count, uint64_t len, uint64_t off);
 void qc_header_free(struct qc_state *s);
 
 /* ---- overlap.c ---- */
@@ -542,6 +544,11 @@ int qc_metadata_writeback(struct qc_state *s, bool data_too);
 struct qcow2_bitmap_info;
 int qc_bitmaps_read(struct qc_state *s, struct qcow2_bitmap_info **out, unsigned *n, char *err,
 		    size_t errlen);
+
+/* bitmap.c: load the bitmaps into the node's dirty bitmaps (marking them
+ * in use on disk when writable), and write them back at close (meta held). */
+int qc_bitmaps_load(struct qc_state *s, char *err, size_t errlen);
+int qc_bitmaps_store(struct qc_state *s);
 
 /* ---- refcount.c ---- */
 int qc_rc_get(struct qc_state *s, uint64_t cluster, uint64_t *rc);

@@ -485,12 +485,34 @@ static int qc_open_rw_checks(struct qc_state *s, char *err, size_t errlen)
 			 "read-only (repair it with 'ioplane img check -r all')");
 		return -EROFS;
 	}
-	/* A writer that does not maintain bitmaps must say so; a repair (img
-	 * check -r) writes no guest data and keeps the bitmaps' clusters. */
+	/* Autoclear bits of features this writer does not maintain go; a
+	 * repair (img check -r) writes no guest data and keeps them all. */
 	if ((s->h.autoclear & ~QC_AUTOCLEAR_KNOWN) && !s->repair)
 		ret = qc_run_sync(qc_clear_autoclear, s);
 	if (ret)
 		snprintf(err, errlen, "qcow2: cannot update the header: %s", strerror(-ret));
+	return ret;
+}
+
+static int qc_bitmaps_load_co(void *arg)
+{
+	struct qc_open_ctx *o = arg;
+
+	return qc_bitmaps_load(o->s, o->err, o->errlen);
+}
+
+/* The persistent bitmaps become the node's (not for a repair, which
+ * leaves them as they are, nor on an image found corrupt). */
+static int qc_open_bitmaps(struct qc_state *s, char *err, size_t errlen)
+{
+	struct qc_open_ctx o = {s, err, errlen};
+	int ret;
+
+	if (s->repair || s->corrupt || !s->bmdir_bytes)
+		return 0;
+	ret = qc_run_sync(qc_bitmaps_load_co, &o);
+	if (ret && !err[0])
+		snprintf(err, errlen, "qcow2: cannot load the dirty bitmaps: %s", strerror(-ret));
 	return ret;
 }
 
@@ -560,6 +582,8 @@ static int qcow2_open(struct blk_node *bs, struct kv_opts *opts, char *err, size
 	ret = qc_open_rw_checks(s, err, errlen);
 	if (!ret)
 		ret = qc_open_dirty(s, err, errlen);
+	if (!ret)
+		ret = qc_open_bitmaps(s, err, errlen);
 	if (ret)
 		goto fail;
 	return 0;
@@ -579,7 +603,9 @@ static int qc_close_co(void *arg)
 	int ret;
 
 	qc_co_lock(s, &s->meta);
-	ret = qc_metadata_writeback(s, true);
+	ret = qc_bitmaps_store(s);
+	if (!ret)
+		ret = qc_metadata_writeback(s, true);
 	/* Twice: the first pass makes the dropped references durable, the
 	 * second applies them (no write is in flight now). */
 	for (int i = 0; i < 2 && !ret && (s->dec_new.n || s->dec_wait.n); i++) {

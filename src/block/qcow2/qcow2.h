@@ -120,7 +120,7 @@ struct qcow2_info {
 	uint64_t incompatible_features, compatible_features, autoclear_features;
 	unsigned nb_snapshots;
 	struct qcow2_snapshot_info *snapshots;
-	unsigned nb_bitmaps; /* bitmaps in the (unsupported, preserved) extension */
+	unsigned nb_bitmaps; /* bitmaps in the extension */
 };
 
 /* A bitmap of the bitmaps extension. */
@@ -136,10 +136,15 @@ struct qcow2_bitmap_info {
 /* The bitmaps of bs's directory, each checked as QEMU loads it (none when
  * there is no extension, or its autoclear bit is clear: then QEMU ignores
  * them too). Free with qcow2_bitmaps_free. -EINVAL with a message in err for
- * a bad directory. Read-only; ioplane does not maintain bitmaps. */
+ * a bad directory. As on disk; the node's dirty bitmaps (dirty-bitmap.h)
+ * are what an open image tracks. */
 int qcow2_get_bitmaps(struct blk_node *bs, struct qcow2_bitmap_info **out, unsigned *n, char *err,
 		      size_t errlen);
 void qcow2_bitmaps_free(struct qcow2_bitmap_info *b, unsigned n);
+/* Could a new persistent bitmap name of this granularity be stored in bs
+ * (QEMU's constraints)? 0, or -EINVAL and QEMU's message. Main thread. */
+int qcow2_bitmap_can_store(struct blk_node *bs, const char *name, uint32_t granularity, char *err,
+			   size_t errlen);
 
 /* Fill info (free with qcow2_info_free). bs must be a qcow2 node. */
 int qcow2_get_info(struct blk_node *bs, struct qcow2_info *info);
