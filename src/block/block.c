@@ -83,10 +83,27 @@ enum blk_route {
 	BLK_ROUTE_CORE,   /* the core first: it answers or emulates (blk_submit_slow) */
 };
 
+/* Writes, write-zeroes and discards dirty the bitmaps of the node; as in
+ * QEMU, not a discard that does nothing (discard=ignore, or a node that
+ * cannot). Marked at submission, by the checks, once the request's range is
+ * known to be good (one that fails later only marks more than it wrote): a
+ * bitmap read after this request was acknowledged shows it. Reads never
+ * look at the bitmaps. */
+static void __attribute__((noinline))
+blk_dirty_mark_req(struct blk_node *bs, const struct blk_request *req)
+{
+	/* Write (1) and write-zeroes (4); discard (3) when it reaches the driver. */
+	if (((0x12u >> req->op) & 1) ||
+	    (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore)) {
+		if (likely(req->len))
+			blk_dirty_mark(bs, req->offset, req->len);
+	}
+}
+
 /* Read and write, the hot path: 0 and *route (the core's work: zero length,
  * FUA emulation), or -errno. The iovec sum cannot wrap: every partial sum is
  * compared with len, which is at most the size. */
-static inline int blk_check_rw(const struct blk_node *bs, const struct blk_request *req,
+static inline int blk_check_rw(struct blk_node *bs, const struct blk_request *req,
 			       enum blk_route *route)
 {
 	uint64_t sum = 0;
@@ -102,6 +119,8 @@ static inline int blk_check_rw(const struct blk_node *bs, const struct blk_reque
 	if (unlikely(sum != req->len))
 		return -EINVAL;
 	if (req->op == BLK_OP_WRITE) {
+		if (unlikely(bs->dirty_bitmaps != NULL))
+			blk_dirty_mark_req(bs, req);
 		if (unlikely(bs->write_slow)) {
 			if (bs->read_only)
 				return -EROFS;
@@ -149,6 +168,8 @@ static int blk_check_other(struct blk_node *bs, struct blk_request *req, enum bl
 		if (req->op == BLK_OP_WRITE_ZEROES && !bs->has_write_zeroes &&
 		    (req->flags & BLK_F_NO_FALLBACK))
 			return -ENOTSUP;
+		if (unlikely(bs->dirty_bitmaps != NULL))
+			blk_dirty_mark_req(bs, req);
 		return 0;
 	}
 }
@@ -312,20 +333,6 @@ done:
 	return 0;
 }
 
-/* Writes, write-zeroes and discards dirty the bitmaps of the node; as in
- * QEMU, not a discard that does nothing (discard=ignore, or a node that
- * cannot). */
-static void __attribute__((noinline))
-blk_dirty_mark_req(struct blk_node *bs, const struct blk_request *req)
-{
-	/* Write (1) and write-zeroes (4); discard (3) when it reaches the driver. */
-	if (((0x12u >> req->op) & 1) ||
-	    (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore)) {
-		if (likely(req->len))
-			blk_dirty_mark(bs, req->offset, req->len);
-	}
-}
-
 /* blk_submit() past the drain gate. Always inlined into its two callers,
  * so that the fast path stays one function. */
 static inline __attribute__((always_inline)) int submit_checked(struct blk_node *bs,
@@ -359,10 +366,6 @@ static inline __attribute__((always_inline)) int submit_checked(struct blk_node 
 	req->core.flags = 0;
 	req->core.start_tsc = clock_ticks();
 	IOPLANE_TRACE(blk_submit, bs, req);
-	/* Marked at submission, as the request passed the checks: a bitmap
-	 * read after this request was acknowledged shows it. */
-	if (unlikely(bs->dirty_bitmaps != NULL) && req->op != BLK_OP_READ)
-		blk_dirty_mark_req(bs, req);
 	if (unlikely(route == BLK_ROUTE_CORE))
 		ret = blk_submit_slow(bs, req);
 	else if (unlikely(blk_needs_align(bs)))
