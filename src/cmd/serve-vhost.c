@@ -34,19 +34,6 @@ static unsigned default_queues(void)
 	return n < 1 ? 1 : n > 256 ? 256 : (unsigned)n;
 }
 
-static int parse_mode(const char *s, mode_t *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 8);
-	if (errno || end == s || *end || v > 0777)
-		return -EINVAL;
-	*out = (mode_t)v;
-	return 0;
-}
-
 /* Fill cfg from one argument; -1 or an exit status. */
 static int vhost_parse(struct kv_opts *o, const char *arg, struct vub_export_config *cfg,
 		       struct blk_node *(*find)(void *, const char *), void *ctx)
@@ -73,8 +60,9 @@ static int vhost_parse(struct kv_opts *o, const char *arg, struct vub_export_con
 	if (cfg->blk.serial && strlen(cfg->blk.serial) > VIRTIO_BLK_ID_BYTES)
 		return vhost_usage("serial has at most 20 characters:", cfg->blk.serial);
 	kv_get(o, "id");
-	if (kv_get(o, "mode") && parse_mode(kv_get(o, "mode"), &cfg->mode) < 0)
-		return vhost_usage("mode must be octal permissions like 0660, not", kv_get(o, "mode"));
+	if (kv_get(o, "mode") && parse_octal_mode(kv_get(o, "mode"), &cfg->mode) < 0)
+		return vhost_usage("mode must be octal permissions like 0660, not",
+				   kv_get(o, "mode"));
 	unused = kv_first_unused(o);
 	if (unused)
 		return vhost_usage("unknown option", unused);

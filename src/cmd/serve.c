@@ -506,20 +506,6 @@ static int lock_images(struct serve *sv)
 
 /* ---- --nbd -------------------------------------------------------------- */
 
-/* Octal permission bits, like chmod's: "600", "0660". */
-static int parse_mode(const char *s, mode_t *out)
-{
-	unsigned long v;
-	char *end;
-
-	errno = 0;
-	v = strtoul(s, &end, 8);
-	if (errno || end == s || *end || v > 0777 || *s == '-' || *s == '+')
-		return -EINVAL;
-	*out = (mode_t)v;
-	return 0;
-}
-
 /* "HOST:PORT" or "[V6ADDR]:PORT" (HOST may be empty: every address); the
  * port is a number 1..65535. */
 static int split_host_port(const char *t, char *host, size_t hostlen, const char **port)
@@ -579,7 +565,7 @@ static int nbd_parse(struct serve *sv, const char *arg, struct serve_nbd *n)
 	kv_get(&n->o, "id");
 	if (kv_get_bool(&n->o, "writable", &b) < 0)
 		return usage_error("--nbd '%s': writable must be on or off", arg);
-	if (kv_get(&n->o, "mode") && parse_mode(kv_get(&n->o, "mode"), &mode) < 0)
+	if (kv_get(&n->o, "mode") && parse_octal_mode(kv_get(&n->o, "mode"), &mode) < 0)
 		return usage_error("--nbd '%s': mode must be octal permissions like 0660", arg);
 	unused = kv_first_unused(&n->o);
 	if (unused)
@@ -626,7 +612,7 @@ static int server_listen(struct serve *sv, struct serve_nbd *n)
 
 	if (u) {
 		if (kv_get(&n->o, "mode"))
-			parse_mode(kv_get(&n->o, "mode"), &mode); /* checked by nbd_parse */
+			parse_octal_mode(kv_get(&n->o, "mode"), &mode); /* checked by nbd_parse */
 		ret = nbd_server_listen_unix(n->srv, u, mode, sv->err, sizeof(sv->err));
 	} else {
 		split_host_port(t, host, sizeof(host), &port); /* checked by nbd_parse_addr */

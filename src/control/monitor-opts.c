@@ -18,6 +18,7 @@
 
 #include "control/json.h"
 #include "control/monitor-opts.h"
+#include "util/opts.h"
 #include "control/monitor.h"
 #include "control/schema.h"
 #include "util/log.h"
@@ -290,20 +291,6 @@ static const struct qapi_type monitor_options = QAPI_OBJECT_TYPE(
 		     QAPI_OPT("pretty", &qapi_bool), QAPI_OPT("chardev", &qapi_str),
 		     QAPI_OPT("unix", &qapi_str), QAPI_OPT("fd", &qapi_str)));
 
-/* Octal permission bits, as --nbd's mode=. */
-static int parse_mode(const char *s, mode_t *out)
-{
-	unsigned long v;
-	char *end;
-
-	errno = 0;
-	v = strtoul(s, &end, 8);
-	if (errno || end == s || *end || v > 0777 || !isdigit((unsigned char)*s))
-		return -EINVAL;
-	*out = (mode_t)v;
-	return 0;
-}
-
 /* mode= means MonitorMode with chardev=, the socket's permissions with unix=. */
 static int monitor_mode(json_t *o, struct monitor_opt *m, char *err, size_t errlen)
 {
@@ -313,7 +300,7 @@ static int monitor_mode(json_t *o, struct monitor_opt *m, char *err, size_t errl
 		return 0;
 	if (qapi_has(o, "unix")) {
 		m->has_mode = true;
-		if (parse_mode(mode, &m->mode) == 0)
+		if (parse_octal_mode(mode, &m->mode) == 0)
 			return 0;
 		snprintf(err, errlen, "mode must be octal permissions like 0600, not '%s'", mode);
 		return -EINVAL;
