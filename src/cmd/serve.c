@@ -26,6 +26,7 @@
 #include "block/graph.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
+#include "cmd/serve-metrics.h"
 #include "cmd/serve-monitor.h"
 #include "cmd/serve-qsd.h"
 #include "control/qmp-block.h"
@@ -75,6 +76,7 @@ struct serve {
 	unsigned nimages, nnbd, nvhost;
 	struct serve_qsd *qsd;     /* --object, --export, --nbd-server (serve-qsd.c) */
 	struct monitor_set *monitors; /* --monitor, --chardev (serve-monitor.c) */
+	struct serve_metrics *metrics; /* --metrics (serve-metrics.c) */
 	struct serve_image *images;
 	struct serve_nbd *nbds;
 	struct loop **loops; /* the --iothreads pool (qmp-object.c owns it) */
@@ -109,6 +111,7 @@ static void serve_usage(FILE *f)
 		"         --vhost-user-blk unix=PATH,image=ID[,num-queues=N][,writable=on]\n"
 		"               [,logical-block-size=512|4096][,serial=TEXT][,mode=OCTAL]\n"
 		"         --monitor unix=PATH[,mode=OCTAL][,pretty=on]\n"
+		"         --metrics unix=PATH[,mode=OCTAL]|tcp=127.0.0.1:PORT[,public=on]\n"
 		"         --chardev socket,id=ID,path=PATH,server=on[,wait=off] --monitor [chardev=]ID\n"
 		"         --object iothread,id=ID[,poll-max-ns=NS]   --nbd-server addr.type=unix,addr.path=P\n"
 		"         --blockdev driver=DRIVER,node-name=NODE[,...]\n"
@@ -141,6 +144,9 @@ static void serve_usage(FILE *f)
 		"  --monitor SPEC         a QMP monitor (qemu-storage-daemon's commands) on a unix\n"
 		"                         socket, mode 0600 unless mode= says otherwise; several\n"
 		"                         clients at once; fd=N serves a socket passed in instead\n"
+		"  --metrics SPEC         serve Prometheus metrics (HTTP GET /metrics) on a unix\n"
+		"                         socket (mode 0600 unless mode=) or a loopback TCP\n"
+		"                         address (public=on: any address)\n"
 		"  --chardev SPEC         qemu-storage-daemon's form: a socket (path= or fd=) that\n"
 		"                         --monitor chardev=ID serves\n"
 		"  --object SPEC          qemu-storage-daemon's: a named iothread (object-add's\n"
@@ -216,6 +222,7 @@ static const struct option serve_long_opts[] = {
 	{"vhost-user-blk", required_argument, NULL, 'u'},
 	{"monitor", required_argument, NULL, 'Q'},
 	{"chardev", required_argument, NULL, 'C'},
+	{"metrics", required_argument, NULL, 'X'},
 	{"object", required_argument, NULL, 'O'},
 	{"export", required_argument, NULL, 'E'},
 	{"nbd-server", required_argument, NULL, 'N'},
@@ -270,6 +277,8 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'Q':
 	case 'C':
 		return serve_monitor_opt(&sv->monitors, c == 'C', arg);
+	case 'X':
+		return serve_metrics_parse(&sv->metrics, arg) ? EXIT_USAGE : -1;
 	case 'O':
 	case 'E':
 	case 'N':
@@ -856,6 +865,8 @@ static void serve_teardown(struct serve *sv, int *status)
 	sv->tearing_down = true;
 	serve_monitor_free(sv->monitors);
 	sv->monitors = NULL;
+	serve_metrics_free(sv->metrics);
+	sv->metrics = NULL;
 	/* Iothreads first: every message they were sent has run once joined. */
 	stop_iothreads(sv);
 	qmp_exports_free(); /* before the --nbd servers: it refers to their exports */
@@ -944,6 +955,8 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 		status = setup_signals(sv, set);
 	if (status < 0)
 		status = serve_monitor_start(sv->monitors, sv->main_loop);
+	if (status < 0)
+		status = serve_metrics_start(sv->metrics, sv->main_loop, -1);
 	if (status < 0 && sv->pidfile && pidfile_write(&sv->pf, sv->err, sizeof(sv->err)) < 0) {
 		log_err("%s", sv->err);
 		status = 1;
@@ -986,6 +999,7 @@ int cmd_serve(int argc, char **argv)
 	free(sv->nbd_args);
 	free(sv->vhost_args);
 	serve_monitor_free(sv->monitors);
+	serve_metrics_free(sv->metrics);
 	serve_qsd_free(sv->qsd);
 	free(sv);
 	return status;

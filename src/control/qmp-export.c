@@ -449,6 +449,36 @@ static unsigned qexp_users(const struct qexp *x)
 	return x->type == QEXP_NBD ? nbd_export_users(x->nexp) : vub_export_connected(x->vub);
 }
 
+static void export_view(const struct qexp *x, struct qmp_export_view *v)
+{
+	*v = (struct qmp_export_view){.id = x->id,
+				      .type = type_names[x->type],
+				      .node = x->node,
+				      .clients = qexp_users(x)};
+	if (x->type == QEXP_VUB)
+		v->queues = vub_export_queues(x->vub);
+}
+
+void qmp_exports_foreach(void (*fn)(void *ctx, const struct qmp_export_view *v), void *ctx)
+{
+	struct qmp_export_view v;
+	struct qexp *x, **all;
+	size_t n = 0, i;
+
+	for (x = exports; x; x = x->next)
+		n++;
+	all = calloc(n ? n : 1, sizeof(*all));
+	if (!all)
+		return;
+	for (x = exports, i = n; x; x = x->next)
+		all[--i] = x; /* the list is newest first */
+	for (i = 0; i < n; i++) {
+		export_view(all[i], &v);
+		fn(ctx, &v);
+	}
+	free(all);
+}
+
 static void block_export_del(struct qmp_req *req, json_t *args)
 {
 	struct qexp *x = find(qapi_get_str(args, "id"));
