@@ -1,4 +1,5 @@
-/* `ioplane serve --metrics unix=PATH[,mode=OCTAL] | tcp=HOST:PORT[,public=on]`:
+/* `ioplane serve --metrics unix=PATH[,mode=OCTAL][,user=U][,group=G] |
+ * tcp=HOST:PORT[,public=on]`:
  * where the metrics endpoint (control/metrics.c) listens. A TCP address must
  * be a loopback one (127.0.0.0/8, ::1, localhost) unless public=on says
  * that other hosts may read the counters (they name images and exports).
@@ -18,6 +19,7 @@
 #include "control/metrics.h"
 #include "util/log.h"
 #include "util/opts.h"
+#include "util/service.h"
 #include "util/unix-listener.h"
 
 struct serve_metrics {
@@ -26,6 +28,7 @@ struct serve_metrics {
 	struct metrics_server *srv;
 	char *host, *port;
 	mode_t mode;
+	struct svc_owner owner; /* unix=: user=, group= */
 };
 
 static int bad(const char *fmt, const char *arg)
@@ -76,6 +79,7 @@ int serve_metrics_parse(struct serve_metrics **out, const char *arg)
 {
 	struct serve_metrics *m;
 	const char *u, *t, *unused;
+	char err[256];
 	int ret = 0;
 
 	if (*out)
@@ -99,6 +103,8 @@ int serve_metrics_parse(struct serve_metrics **out, const char *arg)
 	if (!ret && kv_get(&m->o, "mode") &&
 	    (!u || parse_octal_mode(kv_get(&m->o, "mode"), &m->mode) < 0))
 		return bad("'%s': mode= takes octal permissions, with unix= only", arg);
+	if (!ret && u && svc_owner_parse(&m->o, &m->owner, err, sizeof(err)) < 0)
+		return bad("%s", err);
 	unused = kv_first_unused(&m->o);
 	if (!ret && unused)
 		return bad("unknown option '%s'", unused);
@@ -136,6 +142,8 @@ static int listen_unix(struct serve_metrics *m, const char *path, char *err, siz
 {
 	int ret = unix_listen(&m->ul, path, m->mode, 64, err, errlen), fd;
 
+	if (ret == 0)
+		ret = svc_owner_apply(path, &m->owner, err, errlen);
 	if (ret < 0)
 		return ret;
 	/* The listener keeps the path (removed at exit); the server gets a copy. */
