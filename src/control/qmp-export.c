@@ -27,6 +27,7 @@
 #include "export/vhost-user-blk.h"
 #include "loop/loop.h"
 #include "util/log.h"
+#include "util/service.h"
 
 enum { QEXP_NBD, QEXP_VUB };
 static const char *const type_names[] = {"nbd", "vhost-user-blk"};
@@ -258,8 +259,11 @@ static int vub_addr(const json_t *addr, bool cmdline, struct vub_export_config *
 	const char *type = qapi_get_str(addr, "type");
 
 	if (!strcmp(type, "unix")) {
-		cfg->path = qapi_get_str(addr, "path");
-		return 0;
+		/* --export: a socket the service manager passed in for the path. */
+		int fd = cmdline ? svc_listen_take(NULL, qapi_get_str(addr, "path")) : -1;
+
+		cfg->path = fd >= 0 ? NULL : qapi_get_str(addr, "path");
+		return fd >= 0 ? fd : 0;
 	}
 	if (!strcmp(type, "fd"))
 		return listening_fd(qapi_get_str(addr, "str"), cmdline, err, errlen);
@@ -535,6 +539,17 @@ static int nbd_listen(struct nbd_server *s, const json_t *addr, bool cmdline, ch
 	const char *type = qapi_get_str(addr, "type");
 	int fd, ret;
 
+	/* --nbd-server: a socket the service manager passed in for the path. */
+	if (!strcmp(type, "unix") && cmdline &&
+	    (fd = svc_listen_take(NULL, qapi_get_str(addr, "path"))) >= 0) {
+		ret = nbd_server_listen_fd(s, fd);
+		if (ret < 0) {
+			close(fd);
+			snprintf(err, errlen, "cannot listen on the passed socket: %s",
+				 strerror(-ret));
+		}
+		return ret;
+	}
 	if (!strcmp(type, "unix"))
 		return nbd_server_listen_unix(s, qapi_get_str(addr, "path"), qmp_socket_mode(), err,
 					      errlen);

@@ -207,6 +207,66 @@ def activated(tmp):
     stop(p)
 
 
+def spawn_activated(argv, socks, log, env=None):
+    """argv with socks (listening sockets) passed as fds 3, 4, ... and LISTEN_PID its own."""
+    fds = [x.fileno() for x in socks]
+
+    def place():
+        tmpfds = [os.dup(f) for f in fds]
+        for i, f in enumerate(tmpfds):
+            os.dup2(f, 3 + i)
+            os.close(f)
+
+    e = dict(os.environ, LISTEN_FDS=str(len(socks)), **(env or {}))
+    return subprocess.Popen(['sh', '-c', 'LISTEN_PID=$$ exec "$0" "$@"'] + argv,
+                            stdin=subprocess.DEVNULL, stdout=open(log, 'w'),
+                            stderr=subprocess.STDOUT, preexec_fn=place, close_fds=False, env=e)
+
+
+def activated_qsd(tmp):
+    """qemu-storage-daemon's options: --nbd-server and --export addr.type=unix take the
+    passed socket bound to their path."""
+    d = os.path.join(tmp, 'qsd')
+    os.mkdir(d)
+    nbd, vu = os.path.join(d, 'nbd.sock'), os.path.join(d, 'vu.sock')
+    socks = [listener(vu), listener(nbd)]
+    ino = (os.stat(nbd).st_ino, os.stat(vu).st_ino)
+    log = os.path.join(tmp, 'qsd-act.log')
+    p = spawn_activated([IOPLANE, 'serve', '--blockdev', 'driver=null-co,node-name=n1',
+                         '--nbd-server', 'addr.type=unix,addr.path=' + nbd,
+                         '--export', 'type=nbd,id=e1,node-name=n1,name=n1',
+                         '--export', 'type=vhost-user-blk,id=v1,node-name=n1,addr.type=unix,'
+                         'addr.path=' + vu], socks, log)
+    for x in socks:
+        x.close()
+    try:
+        r = None
+        for _ in range(WAIT_S * 10):
+            r = subprocess.run(['nbdinfo', '--size', 'nbd+unix:///n1?socket=' + nbd],
+                               capture_output=True, timeout=30)
+            if r.returncode == 0 or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        if r.returncode:
+            fail('--nbd-server on the passed socket: %r\n%s' % (r.stderr, open(log).read()))
+        fe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fe.settimeout(WAIT_S)
+        fe.connect(vu)
+        fe.sendall(struct.pack('<III', 1, 1, 0))  # GET_FEATURES
+        if len(fe.recv(12, socket.MSG_WAITALL)) != 12:
+            fail('--export vhost-user-blk on the passed socket')
+        fe.close()
+        if (os.stat(nbd).st_ino, os.stat(vu).st_ino) != ino:
+            fail('the passed sockets were replaced')
+        stop(p, log)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if 'matches no server' in open(log).read():
+        fail('a passed socket was not taken:\n' + open(log).read())
+
+
 def log_file(tmp):
     logf = os.path.join(tmp, 'serve.log')
     nsock = os.path.join(tmp, 'lf-nbd.sock')
@@ -278,10 +338,14 @@ def as_root(tmp):
             if (st.st_uid, st.st_gid, st.st_mode & 0o777) != (uid, gid, mode):
                 fail('%s: %d:%d %o, expected %d:%d %o' % (n, st.st_uid, st.st_gid,
                                                        st.st_mode & 0o777, uid, gid, mode))
-        with open('/proc/%d/status' % p.pid) as f:
-            ids = {l.split(':')[0]: l.split()[1:] for l in f if l[:4] in ('Uid:', 'Gid:')}
-        if ids['Uid'] != [str(nobody.pw_uid)] * 4 or ids['Gid'] != [str(nobody.pw_gid)] * 4:
-            fail('--run-with user=nobody: %r' % ids)
+        tasks = os.listdir('/proc/%d/task' % p.pid)
+        for t in tasks:  # every thread: the iothreads too
+            with open('/proc/%d/task/%s/status' % (p.pid, t)) as f:
+                ids = {l.split(':')[0]: l.split()[1:] for l in f if l[:4] in ('Uid:', 'Gid:')}
+            if ids['Uid'] != [str(nobody.pw_uid)] * 4 or ids['Gid'] != [str(nobody.pw_gid)] * 4:
+                fail('--run-with user=nobody: thread %s: %r' % (t, ids))
+        if len(tasks) < 2:
+            fail('no iothreads? %r' % tasks)
         r = subprocess.run(['qemu-io', '-f', 'raw', '-r', '-c', 'read 0 4k',
                             'nbd+unix:///d?socket=%s/nbd.sock' % d], capture_output=True,
                            timeout=60)
@@ -308,6 +372,7 @@ def main():
         readiness(tmp, False)
         readiness(tmp, True)
         activated(tmp)
+        activated_qsd(tmp)
         log_file(tmp)
         why = as_root(tmp)
     if why:
