@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,14 +17,6 @@ import _qmp  # noqa: E402
 
 fail = _qmp.fail
 WAIT_S = 120  # Prometheus starts slowly on a loaded machine
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def query(port, expr):
@@ -73,7 +64,9 @@ def main():
     if not shutil.which('qemu-io'):
         _qmp.skip('qemu-io is not installed')
     with tempfile.TemporaryDirectory() as tmp:
-        mport, pport = free_port(), free_port()
+        mport, pport = _qmp.free_port(), _qmp.free_port()
+        while pport == mport:
+            pport = _qmp.free_port()
         nsock = os.path.join(tmp, 'nbd.sock')
         d = _qmp.Daemon('ioplane', tmp, [
             '--image', 'disk,driver=null,size=64M,read-zeroes=on',

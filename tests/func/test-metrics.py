@@ -172,21 +172,13 @@ def hostile_clients(msock, nsock):
     scrape(msock)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def tcp(tmp):
     r = subprocess.run([_qmp.IOPLANE, 'serve', '--image', 'n,driver=null,size=1M',
                         '--nbd', 'unix=%s/x.sock,image=n' % tmp, '--metrics', 'tcp=0.0.0.0:9'],
                        capture_output=True, timeout=30)
     if r.returncode != 1 or b'not a loopback address' not in r.stderr:
         fail('--metrics tcp=0.0.0.0: %d %r' % (r.returncode, r.stderr))
-    port = free_port()
+    port = _qmp.free_port()
     d = _qmp.Daemon('ioplane', tmp, ['--image', 'n,driver=null,size=1M',
                                      '--metrics', 'tcp=127.0.0.1:%d' % port])
     ok = False

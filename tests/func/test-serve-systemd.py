@@ -71,6 +71,24 @@ def args_for(tmp, extra=()):
             '--metrics', 'unix=%s/metrics.sock' % tmp] + list(extra)
 
 
+def reap(p):
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+
+
+def vhost_probe(path, what):
+    """A vhost-user GET_FEATURES round trip on path."""
+    fe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fe.settimeout(WAIT_S)
+    fe.connect(path)
+    fe.sendall(struct.pack('<III', 1, 1, 0))
+    hdr = fe.recv(12, socket.MSG_WAITALL)
+    fe.close()
+    if len(hdr) != 12 or struct.unpack('<III', hdr)[0] != 1:
+        fail('vhost-user on %s: %r' % (what, hdr))
+
+
 def stop(p, log=None):
     if p.poll() is None:
         p.send_signal(signal.SIGTERM)
@@ -104,9 +122,7 @@ def readiness(tmp, abstract):
             fail('after SIGTERM: %r' % m)
         stop(p, log)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        reap(p)
         ns.close()
 
 
@@ -121,6 +137,22 @@ def listener(path=None, tcp=False):
     return s
 
 
+def spawn_activated(argv, socks, log, env=None):
+    """argv with socks (listening sockets) passed as fds 3, 4, ... and LISTEN_PID its own."""
+    fds = [x.fileno() for x in socks]
+
+    def place():
+        tmpfds = [os.dup(f) for f in fds]
+        for i, f in enumerate(tmpfds):
+            os.dup2(f, 3 + i)
+            os.close(f)
+
+    e = dict(os.environ, LISTEN_FDS=str(len(socks)), **(env or {}))
+    return subprocess.Popen(['sh', '-c', 'LISTEN_PID=$$ exec "$0" "$@"'] + argv,
+                            stdin=subprocess.DEVNULL, stdout=open(log, 'w'),
+                            stderr=subprocess.STDOUT, preexec_fn=place, close_fds=False, env=e)
+
+
 def activated(tmp):
     d = os.path.join(tmp, 'act')
     os.mkdir(d)
@@ -133,23 +165,12 @@ def activated(tmp):
     port = socks[1][1].getsockname()[1]
     inodes = {n: os.stat(os.path.join(d, n)).st_ino
               for n in ('nbd.sock', 'vu.sock', 'qmp.sock', 'metrics.sock')}
-    fds = [s.fileno() for _, s in socks]
     names = ':'.join(n for n, _ in socks)
-
-    def place():  # the passed sockets at 3, 4, ... as systemd passes them
-        tmpfds = [os.dup(f) for f in fds]
-        for i, f in enumerate(tmpfds):
-            os.dup2(f, 3 + i)
-            os.close(f)
-
     log = os.path.join(tmp, 'act.log')
-    argv = ['sh', '-c', 'LISTEN_PID=$$ exec "$0" "$@"', IOPLANE, 'serve'] + args_for(d, [
-        '--nbd', 'tcp=127.0.0.1:1,image=d,name=t,id=tcpexp'])
     ns, nname = notify_socket(tmp, True)
-    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, 'w'),
-                         stderr=subprocess.STDOUT, preexec_fn=place, close_fds=False,
-                         env=dict(os.environ, LISTEN_FDS=str(len(socks)),
-                                  LISTEN_FDNAMES=names, NOTIFY_SOCKET=nname))
+    p = spawn_activated([IOPLANE, 'serve'] + args_for(d, [
+        '--nbd', 'tcp=127.0.0.1:1,image=d,name=t,id=tcpexp']), [x for _, x in socks], log,
+        {'LISTEN_FDNAMES': names, 'NOTIFY_SOCKET': nname})
     for _, s in socks:
         s.close()  # the daemon has them
     try:
@@ -167,14 +188,7 @@ def activated(tmp):
         if ex != {'d', 'vu', 'tcpexp'}:
             fail('exports %r' % ex)
         c.close()
-        fe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        fe.settimeout(WAIT_S)
-        fe.connect(os.path.join(d, 'vu.sock'))
-        fe.sendall(struct.pack('<III', 1, 1, 0))  # GET_FEATURES
-        hdr = fe.recv(12, socket.MSG_WAITALL)
-        if len(hdr) != 12 or struct.unpack('<III', hdr)[0] != 1:
-            fail('vhost-user on the passed socket: %r' % hdr)
-        fe.close()
+        vhost_probe(os.path.join(d, 'vu.sock'), 'the passed socket')
         m = socket.socket(socket.AF_UNIX)
         m.settimeout(WAIT_S)
         m.connect(os.path.join(d, 'metrics.sock'))
@@ -187,9 +201,7 @@ def activated(tmp):
                 fail('%s was replaced by the daemon' % n)
         stop(p, log)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        reap(p)
         ns.close()
     text = open(log).read()
     if 'stray' not in text or 'matches no server' not in text:
@@ -205,22 +217,6 @@ def activated(tmp):
                          env=dict(os.environ, LISTEN_PID='1', LISTEN_FDS='1'))
     _qmp.wait_socket(os.path.join(d2, 'qmp.sock'), p)
     stop(p)
-
-
-def spawn_activated(argv, socks, log, env=None):
-    """argv with socks (listening sockets) passed as fds 3, 4, ... and LISTEN_PID its own."""
-    fds = [x.fileno() for x in socks]
-
-    def place():
-        tmpfds = [os.dup(f) for f in fds]
-        for i, f in enumerate(tmpfds):
-            os.dup2(f, 3 + i)
-            os.close(f)
-
-    e = dict(os.environ, LISTEN_FDS=str(len(socks)), **(env or {}))
-    return subprocess.Popen(['sh', '-c', 'LISTEN_PID=$$ exec "$0" "$@"'] + argv,
-                            stdin=subprocess.DEVNULL, stdout=open(log, 'w'),
-                            stderr=subprocess.STDOUT, preexec_fn=place, close_fds=False, env=e)
 
 
 def activated_qsd(tmp):
@@ -249,20 +245,12 @@ def activated_qsd(tmp):
             time.sleep(0.1)
         if r.returncode:
             fail('--nbd-server on the passed socket: %r\n%s' % (r.stderr, open(log).read()))
-        fe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        fe.settimeout(WAIT_S)
-        fe.connect(vu)
-        fe.sendall(struct.pack('<III', 1, 1, 0))  # GET_FEATURES
-        if len(fe.recv(12, socket.MSG_WAITALL)) != 12:
-            fail('--export vhost-user-blk on the passed socket')
-        fe.close()
+        vhost_probe(vu, '--export vhost-user-blk on the passed socket')
         if (os.stat(nbd).st_ino, os.stat(vu).st_ino) != ino:
             fail('the passed sockets were replaced')
         stop(p, log)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        reap(p)
     if 'matches no server' in open(log).read():
         fail('a passed socket was not taken:\n' + open(log).read())
 
@@ -298,9 +286,7 @@ def log_file(tmp):
             fail('SIGHUP killed the daemon')
         stop(p)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        reap(p)
 
 
 def as_root(tmp):
@@ -353,9 +339,7 @@ def as_root(tmp):
             fail('serving as nobody: %r' % (r.stdout + r.stderr))
         stop(p, log)
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        reap(p)
         ns.close()
     r = subprocess.run([IOPLANE, 'serve', '--image', 'd,driver=null,size=1M', '--nbd',
                         'unix=%s/x.sock,image=d,user=no-such-user-here' % d],
