@@ -798,6 +798,8 @@ static int setup_control(struct serve *sv)
  * waits (--daemonize's parent, systemd) that the daemon is ready. */
 static int go_live(struct serve *sv)
 {
+	int ret;
+
 	svc_listen_close_unused();
 	if (sv->pidfile && pidfile_write(&sv->pf, sv->err, sizeof(sv->err)) < 0) {
 		log_err("%s", sv->err);
@@ -807,6 +809,8 @@ static int go_live(struct serve *sv)
 		log_err("%s", sv->err);
 		return 1;
 	}
+	if (sv->daemonize && sv->log_file && (ret = log_open_file(sv->log_file)) < 0)
+		log_warn("--log-file %s: %s; logging to /dev/null", sv->log_file, strerror(-ret));
 	daemon_ready(sv->ready_fd, sv->log_file != NULL); /* --daemonize: the parent exits 0 */
 	log_info("serving %u export(s) with %u iothread(s)", qmp_export_count(), sv->nthreads);
 	svc_notify_ready(qmp_export_count(), sv->nthreads);
@@ -846,7 +850,7 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 		status = serve_setup_signals(sv, set);
 	if (status < 0)
 		status = serve_monitor_start(sv->monitors, sv->main_loop);
-	if (status < 0)
+	if (status < 0 && sv->metrics)
 		status = serve_metrics_start(sv->metrics, sv->main_loop,
 					     svc_listen_take("metrics", serve_metrics_path(sv->metrics)));
 	if (status < 0)
@@ -866,7 +870,12 @@ static int serve_early(struct serve *sv)
 {
 	int ret;
 
-	if (sv->log_file && (ret = log_open_file(sv->log_file)) < 0) {
+	/* --daemonize: start-up errors go to the caller's stderr, the log to
+	 * the file once the daemon is ready; the file is only checked now. */
+	ret = sv->log_file && sv->daemonize ? log_check_file(sv->log_file)
+		: sv->log_file		    ? log_open_file(sv->log_file)
+					    : 0;
+	if (ret < 0) {
 		fprintf(stderr, "ioplane serve: --log-file %s: %s\n", sv->log_file, strerror(-ret));
 		return 1;
 	}

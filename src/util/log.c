@@ -205,6 +205,16 @@ static int log_dup_file(const char *path)
 	return 0;
 }
 
+int log_check_file(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
 int log_open_file(const char *path)
 {
 	int ret = log_dup_file(path);

@@ -11,6 +11,8 @@ void log_set_level(enum log_level l);
 /* Log to the file at path from now on (appending; created with mode 0640):
  * it becomes stderr. 0 or -errno. Main thread, before other threads log. */
 int log_open_file(const char *path);
+/* Can path be opened as log_open_file() opens it? 0 or -errno; stderr stays. */
+int log_check_file(const char *path);
 /* Open the log file again (SIGHUP, after logrotate moved it): 1 reopened, 0
  * no log file, -errno (logging goes on to the old one). Any thread. */
 int log_reopen(void);

@@ -55,6 +55,10 @@ run_status 1 "$IOPLANE" serve --daemonize --image d0,file="$NBD_TMP/none.img" \
 	--nbd unix="$sock",image=d0
 expect_grep "$ERR" "none.img"
 [ -e "$sock" ] && fail "a socket was left by the failed daemon"
+# With --log-file too: start-up errors reach the caller, not only the file.
+run_status 1 "$IOPLANE" serve --daemonize --log-file "$NBD_TMP/fail.log" \
+	--image d0,file="$NBD_TMP/none.img" --nbd unix="$sock",image=d0
+expect_grep "$ERR" "none.img"
 
 # 3. A FIFO and a device at the pidfile path: refused, left alone, no hang.
 mkfifo "$NBD_TMP/fifo"
