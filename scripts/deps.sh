@@ -9,7 +9,7 @@ main_pkgs=(gcc pkg-config meson ninja-build liburing-dev libaio-dev zlib1g-dev l
 	libjansson-dev libnbd-dev librbd-dev libgnutls28-dev qemu-utils systemtap-sdt-dev)
 test_pkgs=(libcmocka-dev fio valgrind strace python3 nbdkit libnbd-bin clang clang-format-14
 	libclang-rt-14-dev qemu-system-x86 busybox-static cpio xfsprogs ceph-mon ceph-osd ceph-common
-	python3-rados qemu-block-extra gnutls-bin bpftrace python3-libnbd)
+	python3-rados qemu-block-extra gnutls-bin bpftrace python3-libnbd prometheus curl)
 
 usage() {
 	echo "usage: $0 main|test" >&2

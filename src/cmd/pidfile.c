@@ -174,7 +174,7 @@ int daemon_start(void)
 	return p[1];
 }
 
-void daemon_ready(int fd)
+void daemon_ready(int fd, bool keep_stderr)
 {
 	char c = 0;
 	int null;
@@ -185,7 +185,8 @@ void daemon_ready(int fd)
 	if (null >= 0) {
 		dup2(null, STDIN_FILENO);
 		dup2(null, STDOUT_FILENO);
-		dup2(null, STDERR_FILENO);
+		if (!keep_stderr)
+			dup2(null, STDERR_FILENO);
 		close(null);
 	}
 	while (write(fd, &c, 1) < 0 && errno == EINTR)

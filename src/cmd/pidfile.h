@@ -6,6 +6,7 @@
 #ifndef IOPLANE_PIDFILE_H
 #define IOPLANE_PIDFILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -32,7 +33,8 @@ void pidfile_release(struct pidfile *pf);
  * (a new session) this returns the fd to pass to daemon_ready(); -1 and a
  * message on stderr if the fork itself fails. Before any thread starts. */
 int daemon_start(void);
-/* Serving: release the parent, and send stdin, stdout, stderr to /dev/null. */
-void daemon_ready(int fd);
+/* Serving: release the parent, and send stdin, stdout and (unless
+ * keep_stderr: a --log-file) stderr to /dev/null. */
+void daemon_ready(int fd, bool keep_stderr);
 
 #endif

@@ -15,6 +15,7 @@
 #include "control/qmp-block.h"
 #include "control/qmp-cmds.h"
 #include "util/log.h"
+#include "util/service.h"
 
 #define EXIT_USAGE 1 /* a bad command line, as in qemu-storage-daemon */
 
@@ -64,6 +65,7 @@ int serve_monitor_start(struct monitor_set *set, struct loop *main_loop)
 		log_err("cannot register the block commands");
 		return 1;
 	}
+	monitor_set_take_passed(set, svc_listen_take); /* socket activation */
 	ret = monitor_set_start(set, main_loop, err, sizeof(err));
 	if (ret == 0)
 		return -1;

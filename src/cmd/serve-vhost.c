@@ -16,6 +16,7 @@
 #include "export/vhost-user-blk.h"
 #include "util/log.h"
 #include "util/opts.h"
+#include "util/service.h"
 
 #define EXIT_USAGE 1 /* a bad command line, as in qemu-storage-daemon */
 
@@ -34,23 +35,12 @@ static unsigned default_queues(void)
 	return n < 1 ? 1 : n > 256 ? 256 : (unsigned)n;
 }
 
-static int parse_mode(const char *s, mode_t *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 8);
-	if (errno || end == s || *end || v > 0777)
-		return -EINVAL;
-	*out = (mode_t)v;
-	return 0;
-}
-
 /* Fill cfg from one argument; -1 or an exit status. */
 static int vhost_parse(struct kv_opts *o, const char *arg, struct vub_export_config *cfg,
-		       struct blk_node *(*find)(void *, const char *), void *ctx)
+		       struct svc_owner *owner, struct blk_node *(*find)(void *, const char *),
+		       void *ctx)
 {
+	char err[256];
 	uint64_t nq = default_queues(), lbs = 512;
 	const char *id, *unused;
 
@@ -73,8 +63,11 @@ static int vhost_parse(struct kv_opts *o, const char *arg, struct vub_export_con
 	if (cfg->blk.serial && strlen(cfg->blk.serial) > VIRTIO_BLK_ID_BYTES)
 		return vhost_usage("serial has at most 20 characters:", cfg->blk.serial);
 	kv_get(o, "id");
-	if (kv_get(o, "mode") && parse_mode(kv_get(o, "mode"), &cfg->mode) < 0)
-		return vhost_usage("mode must be octal permissions like 0660, not", kv_get(o, "mode"));
+	if (svc_owner_parse(o, owner, err, sizeof(err)) < 0)
+		return vhost_usage(err, "");
+	if (kv_get(o, "mode") && parse_octal_mode(kv_get(o, "mode"), &cfg->mode) < 0)
+		return vhost_usage("mode must be octal permissions like 0660, not",
+				   kv_get(o, "mode"));
 	unused = kv_first_unused(o);
 	if (unused)
 		return vhost_usage("unknown option", unused);
@@ -83,20 +76,26 @@ static int vhost_parse(struct kv_opts *o, const char *arg, struct vub_export_con
 	return -1;
 }
 
-static json_t *vhost_args(struct kv_opts *o, const struct vub_export_config *cfg)
+/* addr: the unix path, or a socket the service manager passed in whose name
+ * is the export's id or which is bound to that path. */
+static json_t *vhost_args(struct kv_opts *o, const struct vub_export_config *cfg, int *passed)
 {
 	const char *img = kv_get(o, "image"), *given = kv_get(o, "id");
-	char id[128];
-	json_t *a;
+	char id[128], fd[16];
+	json_t *a, *addr;
 
 	if (given)
 		snprintf(id, sizeof(id), "%s", given);
 	else
 		qmp_export_make_id(img, "vhost", id, sizeof(id));
-	a = json_pack("{s:s,s:s,s:s,s:{s:s,s:s},s:i,s:I,s:b}", "type", "vhost-user-blk", "id", id,
-		      "node-name", img, "addr", "type", "unix", "path", cfg->path, "num-queues",
-		      (int)cfg->blk.num_queues, "logical-block-size",
-		      (json_int_t)cfg->blk.logical_block_size, "writable", cfg->blk.writable);
+	*passed = svc_listen_take(id, cfg->path);
+	snprintf(fd, sizeof(fd), "%d", *passed);
+	addr = *passed >= 0 ? json_pack("{s:s,s:s}", "type", "fd", "str", fd)
+			    : json_pack("{s:s,s:s}", "type", "unix", "path", cfg->path);
+	a = json_pack("{s:s,s:s,s:s,s:o,s:i,s:I,s:b}", "type", "vhost-user-blk", "id", id,
+		      "node-name", img, "addr", addr, "num-queues", (int)cfg->blk.num_queues,
+		      "logical-block-size", (json_int_t)cfg->blk.logical_block_size, "writable",
+		      cfg->blk.writable);
 	if (a && cfg->blk.serial)
 		json_object_set_new(a, "serial", json_string(cfg->blk.serial));
 	return a;
@@ -108,16 +107,23 @@ static int vhost_start_one(const char *arg, struct blk_node *(*find)(void *, con
 {
 	struct vub_export_config cfg = {0};
 	struct qmp_export_extra x = {0};
+	struct svc_owner owner;
 	struct kv_opts o = {0};
 	json_t *args = NULL;
 	char err[512];
-	int ret = vhost_parse(&o, arg, &cfg, find, ctx);
+	int passed = -1, ret = vhost_parse(&o, arg, &cfg, &owner, find, ctx);
 
 	if (ret < 0) {
 		x.mode = cfg.mode;
-		args = vhost_args(&o, &cfg);
+		args = vhost_args(&o, &cfg, &passed);
+		x.cmdline = passed >= 0;
 		ret = args ? qmp_export_add(args, &x, err, sizeof(err)) : -ENOMEM;
-		if (ret < 0 && !strncmp(err, "cannot listen on", 16)) {
+		if (ret == 0 && passed < 0 && svc_owner_apply(cfg.path, &owner, err, sizeof(err)))
+			ret = -EPERM;
+		if (ret < 0 && passed >= 0)
+			close(passed);
+		if (ret < 0 &&
+		    (!strncmp(err, "cannot listen on", 16) || !strncmp(err, "cannot give", 11))) {
 			log_err("%s", err); /* a socket, counted as --nbd's */
 			ret = 1;
 		} else if (ret < 0) {

@@ -2,8 +2,7 @@
  * serves exports over NBD (--nbd) and QMP monitors (--monitor, in
  * serve-monitor.c), and on SIGTERM/SIGINT (or QMP quit) stops accepting,
  * lets in-flight requests finish, flushes and closes the images, exits 0.
- * SIGHUP, SIGUSR1, SIGUSR2 and the other signals that would kill it without
- * a flush are logged and otherwise ignored; SIGPIPE is ignored.
+ * Signals and shutdown are in serve-signals.c.
  *
  * Threading: the main thread parses, opens images, runs the main loop
  * (accept, signals, shutdown) and tears down; connections live on the
@@ -27,6 +26,8 @@
 #include "block/throttle-group.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
+#include "cmd/serve-int.h"
+#include "cmd/serve-metrics.h"
 #include "cmd/serve-monitor.h"
 #include "cmd/serve-qsd.h"
 #include "control/qmp-block.h"
@@ -40,7 +41,6 @@
 
 #define EXIT_USAGE 1 /* a bad command line, as in qemu-storage-daemon */
 #define MAX_IOTHREADS 64
-#define DRAIN_TIMEOUT_NS (10ull * 1000000000ull)
 /* Clients per listening address: enough for many VMs with multi-conn (each
  * connection costs ~300 KiB besides its requests), few enough that a
  * connection flood cannot exhaust memory or the default 1024 descriptors.
@@ -49,54 +49,11 @@
 /* NBD request buffers in flight, all connections together. */
 #define DEFAULT_REQUEST_MEMORY (256ull << 20)
 
-struct serve_image {
-	char *id;
-	struct blk_node *bs;
-	enum nbd_detect_zeroes dz;
-};
-
-/* One --nbd: an export on a listening address. */
-struct serve_nbd {
-	struct kv_opts o;
-	char *addr; /* "unix:PATH" or "tcp:HOST:PORT": exports at one address share a server */
-	struct serve_image *img;
-	struct nbd_server *srv;
-};
-
-struct serve {
-	unsigned niothreads, max_conns;
-	uint64_t request_memory;   /* --max-request-memory */
-	struct nbd_budget *budget; /* shared by the NBD servers */
-	int64_t poll_max_ns; /* iothreads' adaptive polling limit (-1: default) */
-	const char *pidfile;
-	bool daemonize; /* --daemonize */
-	int ready_fd;   /* the child of --daemonize tells its parent here */
-	struct pidfile pf; /* locked from start-up to exit */
-	char **image_args, **nbd_args, **vhost_args;
-	unsigned nimages, nnbd, nvhost;
-	struct serve_qsd *qsd;     /* --object, --export, --nbd-server (serve-qsd.c) */
-	struct monitor_set *monitors; /* --monitor, --chardev (serve-monitor.c) */
-	struct serve_image *images;
-	struct serve_nbd *nbds;
-	struct loop **loops; /* the --iothreads pool (qmp-object.c owns it) */
-	unsigned nthreads;
-	struct loop *main_loop;
-	struct nbd_server **servers;
-	unsigned nservers, draining;
-	struct loop_fd sig_h;
-	struct loop_timer drain_timer;
-	bool stopping;
-	/* Exports are being freed and images flushed: blk_flush_sync() runs
-	 * the main loop, whose signal handler must then leave them alone. */
-	bool tearing_down;
-	char err[512];
-};
-
 static void serve_usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--daemonize] [--max-connections N]\n"
-		"         [--max-request-memory SIZE]\n"
+		"         [--max-request-memory SIZE] [--log-file FILE] [--run-with user=NAME]\n"
 		"         --image ID,file=PATH[,format=raw|qcow2][,cache=none|writeback]\n"
 		"               [,aio=io_uring|native|threads][,read-only=on]\n"
 		"               [,discard=unmap|ignore][,detect-zeroes=off|on|unmap]\n"
@@ -106,10 +63,12 @@ static void serve_usage(FILE *f)
 		"         --image ID,driver=null,size=SIZE[,latency-ns=NS][,read-zeroes=on]\n"
 		"         --image ID,driver=nbd|rbd,... (or file=nbd://..., file=rbd:...)\n"
 		"         --nbd unix=PATH|tcp=HOST:PORT,image=ID[,name=NAME][,writable=on]\n"
-		"               [,description=TEXT][,mode=OCTAL]\n"
+		"               [,description=TEXT][,mode=OCTAL][,user=U][,group=G][,id=ID]\n"
 		"         --vhost-user-blk unix=PATH,image=ID[,num-queues=N][,writable=on]\n"
 		"               [,logical-block-size=512|4096][,serial=TEXT][,mode=OCTAL]\n"
-		"         --monitor unix=PATH[,mode=OCTAL][,pretty=on]\n"
+		"               [,user=U][,group=G][,id=ID]\n"
+		"         --monitor unix=PATH[,mode=OCTAL][,user=U][,group=G][,pretty=on]\n"
+		"         --metrics unix=PATH[,mode=OCTAL][,user=U][,group=G]|tcp=127.0.0.1:PORT[,public=on]\n"
 		"         --chardev socket,id=ID,path=PATH,server=on[,wait=off] --monitor [chardev=]ID\n"
 		"         --object iothread,id=ID[,poll-max-ns=NS]   --nbd-server addr.type=unix,addr.path=P\n"
 		"         --object secret,id=ID,data=TEXT|file=PATH[,format=raw|base64]\n"
@@ -118,8 +77,11 @@ static void serve_usage(FILE *f)
 		"\n"
 		"Serves disk images over NBD and vhost-user-blk until SIGTERM, SIGINT or QMP\n"
 		"quit, then finishes the requests in flight, flushes, closes the images and\n"
-		"exits 0. SIGHUP, SIGUSR1, SIGUSR2, SIGALRM and SIGPIPE are logged or ignored;\n"
-		"they do not stop the daemon.\n"
+		"exits 0. SIGHUP reopens the --log-file, SIGUSR1 logs the statistics; SIGUSR2,\n"
+		"SIGALRM and SIGPIPE are logged or ignored; none of them stops the daemon.\n"
+		"Under systemd: READY=1 once every socket listens, STOPPING=1 at shutdown\n"
+		"($NOTIFY_SOCKET); sockets passed in ($LISTEN_FDS) are taken by the server whose\n"
+		"id (FileDescriptorName=) or unix socket path they have.\n"
 		"\n"
 		"  --image SPEC           open an image (several allowed); ID names it. Without\n"
 		"                         format= the file is probed: raw is served (writes that\n"
@@ -135,7 +97,8 @@ static void serve_usage(FILE *f)
 		"                         with the same address share one socket). The export\n"
 		"                         name defaults to the image ID; exports are read-only\n"
 		"                         unless writable=on; unix sockets are created with\n"
-		"                         mode 0600 unless mode= says otherwise\n"
+		"                         mode 0600 unless mode= says otherwise, owned by the\n"
+		"                         daemon's user unless user=/group= (names or numbers)\n"
 		"  --vhost-user-blk SPEC  export an image to a VM (QEMU vhost-user-blk-pci,\n"
 		"                         cloud-hypervisor) on a unix socket, one front-end at a\n"
 		"                         time; num-queues defaults to the CPU count; read-only\n"
@@ -143,6 +106,9 @@ static void serve_usage(FILE *f)
 		"  --monitor SPEC         a QMP monitor (qemu-storage-daemon's commands) on a unix\n"
 		"                         socket, mode 0600 unless mode= says otherwise; several\n"
 		"                         clients at once; fd=N serves a socket passed in instead\n"
+		"  --metrics SPEC         serve Prometheus metrics (HTTP GET /metrics) on a unix\n"
+		"                         socket (mode 0600 unless mode=) or a loopback TCP\n"
+		"                         address (public=on: any address)\n"
 		"  --chardev SPEC         qemu-storage-daemon's form: a socket (path= or fd=) that\n"
 		"                         --monitor chardev=ID serves\n"
 		"  --object SPEC          qemu-storage-daemon's (object-add's arguments): a named\n"
@@ -175,9 +141,13 @@ static void serve_usage(FILE *f)
 		"                         is locked for the daemon's life (a second instance\n"
 		"                         on it is refused) and removed at exit; it must be a\n"
 		"                         regular file (a FIFO or device there is refused)\n"
+		"  --log-file FILE        log there (appending) instead of stderr; SIGHUP reopens it\n"
+		"  --run-with user=NAME   once every socket listens, switch to NAME's user and\n"
+		"                         groups (root only; images are open already)\n"
 		"  --daemonize            run in the background: the command returns (exit 0)\n"
 		"                         once every export listens, or exits 1 with the\n"
 		"                         error if start-up fails; logs then go to /dev/null\n"
+		"                         (or the --log-file)\n"
 		"  -v, --verbose          log debug messages    -q, --quiet   log errors only\n"
 		"  -h, --help             show this help\n"
 		"\n"
@@ -224,6 +194,9 @@ static const struct option serve_long_opts[] = {
 	{"vhost-user-blk", required_argument, NULL, 'u'},
 	{"monitor", required_argument, NULL, 'Q'},
 	{"chardev", required_argument, NULL, 'C'},
+	{"metrics", required_argument, NULL, 'X'},
+	{"log-file", required_argument, NULL, 'L'},
+	{"run-with", required_argument, NULL, 'R'},
 	{"object", required_argument, NULL, 'O'},
 	{"export", required_argument, NULL, 'E'},
 	{"nbd-server", required_argument, NULL, 'N'},
@@ -278,6 +251,16 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'Q':
 	case 'C':
 		return serve_monitor_opt(&sv->monitors, c == 'C', arg);
+	case 'X':
+		return serve_metrics_parse(&sv->metrics, arg) ? EXIT_USAGE : -1;
+	case 'L':
+		sv->log_file = arg;
+		return -1;
+	case 'R':
+		if (strncmp(arg, "user=", 5) || !arg[5] || strchr(arg, ','))
+			return usage_error("--run-with: expected user=NAME, not '%s'", arg);
+		sv->run_with_user = arg + 5;
+		return -1;
 	case 'O':
 	case 'E':
 	case 'N':
@@ -514,20 +497,6 @@ static int lock_images(struct serve *sv)
 
 /* ---- --nbd -------------------------------------------------------------- */
 
-/* Octal permission bits, like chmod's: "600", "0660". */
-static int parse_mode(const char *s, mode_t *out)
-{
-	unsigned long v;
-	char *end;
-
-	errno = 0;
-	v = strtoul(s, &end, 8);
-	if (errno || end == s || *end || v > 0777 || *s == '-' || *s == '+')
-		return -EINVAL;
-	*out = (mode_t)v;
-	return 0;
-}
-
 /* "HOST:PORT" or "[V6ADDR]:PORT" (HOST may be empty: every address); the
  * port is a number 1..65535. */
 static int split_host_port(const char *t, char *host, size_t hostlen, const char **port)
@@ -587,8 +556,10 @@ static int nbd_parse(struct serve *sv, const char *arg, struct serve_nbd *n)
 	kv_get(&n->o, "id");
 	if (kv_get_bool(&n->o, "writable", &b) < 0)
 		return usage_error("--nbd '%s': writable must be on or off", arg);
-	if (kv_get(&n->o, "mode") && parse_mode(kv_get(&n->o, "mode"), &mode) < 0)
+	if (kv_get(&n->o, "mode") && parse_octal_mode(kv_get(&n->o, "mode"), &mode) < 0)
 		return usage_error("--nbd '%s': mode must be octal permissions like 0660", arg);
+	if (svc_owner_parse(&n->o, &n->owner, sv->err, sizeof(sv->err)) < 0)
+		return usage_error("--nbd: %s", sv->err);
 	unused = kv_first_unused(&n->o);
 	if (unused)
 		return usage_error("--nbd: unknown option '%s'", unused);
@@ -625,17 +596,35 @@ static int add_export(struct serve *sv, struct serve_nbd *n, unsigned idx)
 	return -1;
 }
 
+/* The name a service manager's passed socket must have to be this
+ * address's: the first export's id= (default: its export name). */
+static const char *nbd_socket_name(struct serve_nbd *n)
+{
+	const char *id = kv_get(&n->o, "id"), *name = kv_get(&n->o, "name");
+
+	return id ? id : name ? name : n->img->id;
+}
+
 static int server_listen(struct serve *sv, struct serve_nbd *n)
 {
 	const char *u = kv_get(&n->o, "unix"), *t = kv_get(&n->o, "tcp"), *port;
+	int ret, fd = svc_listen_take(nbd_socket_name(n), u);
 	mode_t mode = 0600;
 	char host[256];
-	int ret;
 
-	if (u) {
+	if (fd >= 0) {
+		ret = nbd_server_listen_fd(n->srv, fd);
+		if (ret < 0) {
+			close(fd);
+			snprintf(sv->err, sizeof(sv->err), "%s: passed socket: %s", n->addr,
+				 strerror(-ret));
+		}
+	} else if (u) {
 		if (kv_get(&n->o, "mode"))
-			parse_mode(kv_get(&n->o, "mode"), &mode); /* checked by nbd_parse */
+			parse_octal_mode(kv_get(&n->o, "mode"), &mode); /* checked by nbd_parse */
 		ret = nbd_server_listen_unix(n->srv, u, mode, sv->err, sizeof(sv->err));
+		if (ret == 0)
+			ret = svc_owner_apply(u, &n->owner, sv->err, sizeof(sv->err));
 	} else {
 		split_host_port(t, host, sizeof(host), &port); /* checked by nbd_parse_addr */
 		ret = nbd_server_listen_tcp(n->srv, host, port, sv->err, sizeof(sv->err));
@@ -643,7 +632,7 @@ static int server_listen(struct serve *sv, struct serve_nbd *n)
 	if (ret < 0)
 		log_err("%s", sv->err);
 	else
-		log_info("listening on %s", n->addr);
+		log_info("listening on %s%s", n->addr, fd >= 0 ? " (passed in)" : "");
 	return ret < 0 ? 1 : -1;
 }
 
@@ -753,125 +742,6 @@ static void stop_iothreads(struct serve *sv)
 	qmp_objects_free();
 }
 
-/* ---- signals and shutdown ----------------------------------------------- */
-
-static void server_drained(void *opaque)
-{
-	struct serve *sv = opaque;
-
-	if (--sv->draining)
-		return;
-	if (loop_timer_armed(&sv->drain_timer))
-		loop_timer_cancel(sv->main_loop, &sv->drain_timer);
-	log_info("all connections closed");
-	loop_stop(sv->main_loop);
-}
-
-static void abort_all(struct serve *sv)
-{
-	unsigned i;
-
-	for (i = 0; i < sv->nservers; i++)
-		nbd_server_abort(sv->servers[i]);
-	qmp_exports_abort();
-}
-
-static void drain_timeout(struct loop_timer *t)
-{
-	struct serve *sv = (struct serve *)((char *)t - offsetof(struct serve, drain_timer));
-
-	log_warn("clients still busy after %llu s: dropping them",
-		 DRAIN_TIMEOUT_NS / 1000000000ull);
-	abort_all(sv);
-}
-
-static void begin_shutdown(struct serve *sv, int sig)
-{
-	unsigned i;
-
-	if (sv->tearing_down) {
-		log_warn("%s: already flushing and closing the images", strsignal(sig));
-		return;
-	}
-	if (sv->stopping) {
-		log_warn("%s again: dropping the remaining connections", strsignal(sig));
-		abort_all(sv);
-		return;
-	}
-	sv->stopping = true;
-	log_info("%s: shutting down", strsignal(sig));
-	serve_monitor_shutdown(sv->monitors, sig);
-	for (i = 0; i < sv->nservers; i++)
-		nbd_server_stop_listening(sv->servers[i]);
-	sv->draining = sv->nservers;
-	sv->draining += qmp_exports_stop(server_drained, sv);
-	if (!sv->draining) {
-		loop_stop(sv->main_loop); /* nothing to drain: monitors only */
-		return;
-	}
-	sv->drain_timer.cb = drain_timeout;
-	loop_timer_arm(sv->main_loop, &sv->drain_timer, loop_now_ns() + DRAIN_TIMEOUT_NS);
-	for (i = 0; i < sv->nservers; i++)
-		nbd_server_drain(sv->servers[i], server_drained, sv);
-}
-
-/* Signals whose default action ends the process without a flush, which a
- * user, a terminal or a service manager may send: logged, never fatal.
- * SIGHUP is the one that will reopen log files once there are any. */
-static const int ignored_signals[] = {
-	SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGPWR,
-};
-
-static void signal_cb(struct loop_fd *h, uint32_t revents)
-{
-	struct serve *sv = (struct serve *)((char *)h - offsetof(struct serve, sig_h));
-	struct signalfd_siginfo si;
-
-	(void)revents;
-	while (read(h->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-		int sig = (int)si.ssi_signo;
-
-		if (sig == SIGTERM || sig == SIGINT)
-			begin_shutdown(sv, sig);
-		else
-			log_info("%s (signal %d from process %u): ignored", strsignal(sig), sig,
-				 si.ssi_pid);
-	}
-}
-
-static void block_signals(sigset_t *set)
-{
-	size_t i;
-
-	sigemptyset(set);
-	sigaddset(set, SIGTERM);
-	sigaddset(set, SIGINT);
-	for (i = 0; i < sizeof(ignored_signals) / sizeof(ignored_signals[0]); i++)
-		sigaddset(set, ignored_signals[i]);
-	/* Before any thread starts, so that every thread inherits the mask. */
-	pthread_sigmask(SIG_BLOCK, set, NULL);
-	/* Sockets are written with MSG_NOSIGNAL; this covers every other fd. */
-	signal(SIGPIPE, SIG_IGN);
-}
-
-static int setup_signals(struct serve *sv, const sigset_t *set)
-{
-	int fd = signalfd(-1, set, SFD_NONBLOCK | SFD_CLOEXEC);
-
-	if (fd < 0) {
-		log_err("signalfd: %s", strerror(errno));
-		return 1;
-	}
-	sv->sig_h = (struct loop_fd){.fd = fd, .events = EPOLLIN, .cb = signal_cb};
-	if (loop_fd_add(sv->main_loop, &sv->sig_h) < 0) {
-		close(fd);
-		sv->sig_h.fd = -1;
-		return 1;
-	}
-	return -1;
-}
-
-
 /* ---- main --------------------------------------------------------------- */
 
 static void serve_teardown(struct serve *sv, int *status)
@@ -879,6 +749,8 @@ static void serve_teardown(struct serve *sv, int *status)
 	sv->tearing_down = true;
 	serve_monitor_free(sv->monitors);
 	sv->monitors = NULL;
+	serve_metrics_free(sv->metrics);
+	sv->metrics = NULL;
 	/* Iothreads first: every message they were sent has run once joined. */
 	stop_iothreads(sv);
 	qmp_exports_free(); /* before the --nbd servers: it refers to their exports */
@@ -888,10 +760,7 @@ static void serve_teardown(struct serve *sv, int *status)
 	close_images(sv, status);
 	qmp_block_close_all(); /* the nodes of blockdev-add */
 	throttle_group_free_all(); /* no throttle node is left */
-	if (sv->sig_h.fd > 0) {
-		loop_fd_del(sv->main_loop, &sv->sig_h);
-		close(sv->sig_h.fd);
-	}
+	serve_close_signals(sv);
 	pidfile_release(&sv->pf);
 	loop_free(sv->main_loop);
 }
@@ -955,6 +824,29 @@ static int open_nodes(struct serve *sv)
 	return status;
 }
 
+/* Every socket listens: the pidfile, the privilege drop, then tell whoever
+ * waits (--daemonize's parent, systemd) that the daemon is ready. */
+static int go_live(struct serve *sv)
+{
+	int ret;
+
+	svc_listen_close_unused();
+	if (sv->pidfile && pidfile_write(&sv->pf, sv->err, sizeof(sv->err)) < 0) {
+		log_err("%s", sv->err);
+		return 1;
+	}
+	if (sv->run_with_user && svc_run_as(sv->run_with_user, sv->err, sizeof(sv->err)) < 0) {
+		log_err("%s", sv->err);
+		return 1;
+	}
+	if (sv->daemonize && sv->log_file && (ret = log_open_file(sv->log_file)) < 0)
+		log_warn("--log-file %s: %s; logging to /dev/null", sv->log_file, strerror(-ret));
+	daemon_ready(sv->ready_fd, sv->log_file != NULL); /* --daemonize: the parent exits 0 */
+	log_info("serving %u export(s) with %u iothread(s)", qmp_export_count(), sv->nthreads);
+	svc_notify_ready(qmp_export_count(), sv->nthreads);
+	return -1;
+}
+
 static int serve_run(struct serve *sv, const sigset_t *set)
 {
 	int status;
@@ -981,23 +873,51 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 	if (status < 0)
 		status = serve_vhost_start(sv->vhost_args, sv->nvhost, vhost_find_image, sv);
 	if (status < 0)
-		status = setup_signals(sv, set);
+		status = serve_setup_signals(sv, set);
 	if (status < 0)
 		status = serve_monitor_start(sv->monitors, sv->main_loop);
-	if (status < 0 && sv->pidfile && pidfile_write(&sv->pf, sv->err, sizeof(sv->err)) < 0) {
-		log_err("%s", sv->err);
-		status = 1;
-	}
+	if (status < 0 && sv->metrics)
+		status = serve_metrics_start(sv->metrics, sv->main_loop,
+					     svc_listen_take("metrics", serve_metrics_path(sv->metrics)));
+	if (status < 0)
+		status = go_live(sv);
 	if (status < 0) {
-		daemon_ready(sv->ready_fd); /* --daemonize: the parent exits 0 now */
 		/* Connections are accepted from here on, by the main loop. */
-		log_info("serving %u export(s) with %u iothread(s)", qmp_export_count(),
-			 sv->nthreads);
 		loop_run(sv->main_loop);
 		status = 0;
 	}
 	serve_teardown(sv, &status);
 	return status;
+}
+
+/* Before the fork of --daemonize (LISTEN_PID names this process) and before
+ * any thread (the environment changes). */
+static int serve_early(struct serve *sv)
+{
+	int ret;
+
+	/* --daemonize: start-up errors go to the caller's stderr, the log to
+	 * the file once the daemon is ready; the file is only checked now. */
+	ret = sv->log_file && sv->daemonize ? log_check_file(sv->log_file)
+		: sv->log_file		    ? log_open_file(sv->log_file)
+					    : 0;
+	if (ret < 0) {
+		fprintf(stderr, "ioplane serve: --log-file %s: %s\n", sv->log_file, strerror(-ret));
+		return 1;
+	}
+	ret = svc_listen_init(sv->err, sizeof(sv->err));
+	if (ret < 0) {
+		fprintf(stderr, "ioplane serve: %s\n", sv->err);
+		return 1;
+	}
+	if (ret > 0)
+		log_info("%d socket(s) passed in by the service manager", ret);
+	if (sv->run_with_user && getuid() != 0 && geteuid() != 0) {
+		fprintf(stderr, "ioplane serve: --run-with user=%s: only root can change user\n",
+			sv->run_with_user);
+		return 1;
+	}
+	return -1;
 }
 
 int cmd_serve(int argc, char **argv)
@@ -1015,17 +935,20 @@ int cmd_serve(int argc, char **argv)
 	sv->request_memory = DEFAULT_REQUEST_MEMORY;
 	sv->ready_fd = -1;
 	status = serve_parse(sv, argc, argv);
+	if (status < 0)
+		status = serve_early(sv);
 	/* Before any thread: only the forking thread survives a fork. */
 	if (status < 0 && sv->daemonize && (sv->ready_fd = daemon_start()) < 0)
 		status = 1;
 	if (status < 0) {
-		block_signals(&set);
+		serve_block_signals(&set);
 		status = serve_run(sv, &set);
 	}
 	free(sv->image_args);
 	free(sv->nbd_args);
 	free(sv->vhost_args);
 	serve_monitor_free(sv->monitors);
+	serve_metrics_free(sv->metrics);
 	serve_qsd_free(sv->qsd);
 	free(sv);
 	return status;

@@ -18,6 +18,8 @@
 
 #include "control/json.h"
 #include "control/monitor-opts.h"
+#include "util/opts.h"
+#include "util/service.h"
 #include "control/monitor.h"
 #include "control/schema.h"
 #include "util/log.h"
@@ -35,6 +37,7 @@ struct monitor_opt {
 	mode_t mode;
 	int fd;
 	bool has_mode, pretty;
+	struct svc_owner owner; /* unix=: user=, group= */
 	struct monitor *mon;
 };
 
@@ -288,21 +291,8 @@ static const struct qapi_type monitor_options = QAPI_OBJECT_TYPE(
 	"MonitorOptions",
 	QAPI_MEMBERS(QAPI_OPT("id", &qapi_str), QAPI_OPT("mode", &qapi_str),
 		     QAPI_OPT("pretty", &qapi_bool), QAPI_OPT("chardev", &qapi_str),
-		     QAPI_OPT("unix", &qapi_str), QAPI_OPT("fd", &qapi_str)));
-
-/* Octal permission bits, as --nbd's mode=. */
-static int parse_mode(const char *s, mode_t *out)
-{
-	unsigned long v;
-	char *end;
-
-	errno = 0;
-	v = strtoul(s, &end, 8);
-	if (errno || end == s || *end || v > 0777 || !isdigit((unsigned char)*s))
-		return -EINVAL;
-	*out = (mode_t)v;
-	return 0;
-}
+		     QAPI_OPT("unix", &qapi_str), QAPI_OPT("fd", &qapi_str),
+		     QAPI_OPT("user", &qapi_str), QAPI_OPT("group", &qapi_str)));
 
 /* mode= means MonitorMode with chardev=, the socket's permissions with unix=. */
 static int monitor_mode(json_t *o, struct monitor_opt *m, char *err, size_t errlen)
@@ -313,7 +303,7 @@ static int monitor_mode(json_t *o, struct monitor_opt *m, char *err, size_t errl
 		return 0;
 	if (qapi_has(o, "unix")) {
 		m->has_mode = true;
-		if (parse_mode(mode, &m->mode) == 0)
+		if (parse_octal_mode(mode, &m->mode) == 0)
 			return 0;
 		snprintf(err, errlen, "mode must be octal permissions like 0600, not '%s'", mode);
 		return -EINVAL;
@@ -344,6 +334,13 @@ static int monitor_check(json_t *o, struct monitor_opt *m, char *err, size_t err
 		return -EINVAL;
 	}
 	m->pretty = qapi_get_bool(o, "pretty", false);
+	if ((qapi_has(o, "user") || qapi_has(o, "group")) && !qapi_has(o, "unix")) {
+		snprintf(err, errlen, "user= and group= go with unix=");
+		return -EINVAL;
+	}
+	if (svc_owner_lookup(qapi_get_str(o, "user"), qapi_get_str(o, "group"), &m->owner, err,
+			     errlen) < 0)
+		return -EINVAL;
 	if (qapi_has(o, "fd") && parse_fd(qapi_get_str(o, "fd"), &m->fd, err, errlen) < 0)
 		return -EINVAL;
 	return monitor_mode(o, m, err, errlen);
@@ -441,6 +438,9 @@ int monitor_set_start(struct monitor_set *ms, struct loop *main_loop, char *err,
 		if (ret == 0)
 			ret = monitor_start(main_loop, &cfg, &ms->monitors[i].mon, why,
 					    sizeof(why));
+		if (ret == 0 && ms->monitors[i].path)
+			ret = svc_owner_apply(ms->monitors[i].path, &ms->monitors[i].owner, why,
+					      sizeof(why));
 		if (ret < 0) {
 			snprintf(err, errlen, "--monitor %s: %s", ms->monitors[i].arg, why);
 			return ret;
@@ -450,6 +450,32 @@ int monitor_set_start(struct monitor_set *ms, struct loop *main_loop, char *err,
 		if (!ms->chardevs[i].used)
 			log_warn("--chardev %s: no --monitor uses it", ms->chardevs[i].arg);
 	return 0;
+}
+
+void monitor_set_take_passed(struct monitor_set *ms,
+			     int (*take)(const char *name, const char *path))
+{
+	unsigned i;
+	int fd;
+
+	for (i = 0; ms && i < ms->nchardevs; i++) {
+		struct chardev_opt *c = &ms->chardevs[i];
+
+		if (c->fd < 0 && c->path && (fd = take(c->id, c->path)) >= 0) {
+			c->fd = fd;
+			free(c->path);
+			c->path = NULL;
+		}
+	}
+	for (i = 0; ms && i < ms->nmonitors; i++) {
+		struct monitor_opt *m = &ms->monitors[i];
+
+		if (m->path && (fd = take(NULL, m->path)) >= 0) {
+			m->fd = fd;
+			free(m->path);
+			m->path = NULL;
+		}
+	}
 }
 
 void monitor_set_stop_listening(struct monitor_set *ms)

@@ -2,7 +2,7 @@
  * form and ioplane's shorthand:
  *   --chardev socket,id=ID,path=PATH,server=on[,wait=off]   (or fd=N)
  *   --monitor [chardev=]ID[,mode=control][,pretty=on|off][,id=NAME]
- *   --monitor unix=PATH[,mode=OCTAL][,pretty=on]            (ioplane)
+ *   --monitor unix=PATH[,mode=OCTAL][,user=U][,group=G][,pretty=on] (ioplane)
  *   --monitor fd=N[,pretty=on]                               (ioplane)
  * Options are checked as they are added; chardev references are resolved,
  * in any order, when the set starts.
@@ -27,6 +27,11 @@ unsigned monitor_set_count(const struct monitor_set *ms);
 /* Start every monitor. -EINVAL: a reference that does not resolve (a usage
  * error); another -errno: a socket that cannot be set up. err says which. */
 int monitor_set_start(struct monitor_set *ms, struct loop *main_loop, char *err, size_t errlen);
+/* Socket activation, before the set starts: a --chardev path= or --monitor
+ * unix= takes the socket take(id, path) gives (-1: none) instead of
+ * listening on the path itself. */
+void monitor_set_take_passed(struct monitor_set *ms,
+			     int (*take)(const char *name, const char *path));
 void monitor_set_stop_listening(struct monitor_set *ms);
 void monitor_set_free(struct monitor_set *ms);
 

@@ -29,6 +29,7 @@
 #include "loop/loop.h"
 #include "util/log.h"
 #include "util/tls.h"
+#include "util/service.h"
 
 enum { QEXP_NBD, QEXP_VUB };
 static const char *const type_names[] = {"nbd", "vhost-user-blk"};
@@ -314,8 +315,11 @@ static int vub_addr(const json_t *addr, bool cmdline, struct vub_export_config *
 	const char *type = qapi_get_str(addr, "type");
 
 	if (!strcmp(type, "unix")) {
-		cfg->path = qapi_get_str(addr, "path");
-		return 0;
+		/* --export: a socket the service manager passed in for the path. */
+		int fd = cmdline ? svc_listen_take(NULL, qapi_get_str(addr, "path")) : -1;
+
+		cfg->path = fd >= 0 ? NULL : qapi_get_str(addr, "path");
+		return fd >= 0 ? fd : 0;
 	}
 	if (!strcmp(type, "fd"))
 		return listening_fd(qapi_get_str(addr, "str"), cmdline, err, errlen);
@@ -505,6 +509,36 @@ static unsigned qexp_users(const struct qexp *x)
 	return x->type == QEXP_NBD ? nbd_export_users(x->nexp) : vub_export_connected(x->vub);
 }
 
+static void export_view(const struct qexp *x, struct qmp_export_view *v)
+{
+	*v = (struct qmp_export_view){.id = x->id,
+				      .type = type_names[x->type],
+				      .node = x->node,
+				      .clients = qexp_users(x)};
+	if (x->type == QEXP_VUB)
+		v->queues = vub_export_queues(x->vub);
+}
+
+void qmp_exports_foreach(void (*fn)(void *ctx, const struct qmp_export_view *v), void *ctx)
+{
+	struct qmp_export_view v;
+	struct qexp *x, **all;
+	size_t n = 0, i;
+
+	for (x = exports; x; x = x->next)
+		n++;
+	all = calloc(n ? n : 1, sizeof(*all));
+	if (!all)
+		return;
+	for (x = exports, i = n; x; x = x->next)
+		all[--i] = x; /* the list is newest first */
+	for (i = 0; i < n; i++) {
+		export_view(all[i], &v);
+		fn(ctx, &v);
+	}
+	free(all);
+}
+
 static void block_export_del(struct qmp_req *req, json_t *args)
 {
 	struct qexp *x = find(qapi_get_str(args, "id"));
@@ -561,6 +595,17 @@ static int nbd_listen(struct nbd_server *s, const json_t *addr, bool cmdline, ch
 	const char *type = qapi_get_str(addr, "type");
 	int fd, ret;
 
+	/* --nbd-server: a socket the service manager passed in for the path. */
+	if (!strcmp(type, "unix") && cmdline &&
+	    (fd = svc_listen_take(NULL, qapi_get_str(addr, "path"))) >= 0) {
+		ret = nbd_server_listen_fd(s, fd);
+		if (ret < 0) {
+			close(fd);
+			snprintf(err, errlen, "cannot listen on the passed socket: %s",
+				 strerror(-ret));
+		}
+		return ret;
+	}
 	if (!strcmp(type, "unix"))
 		return nbd_server_listen_unix(s, qapi_get_str(addr, "path"), qmp_socket_mode(), err,
 					      errlen);

@@ -64,6 +64,15 @@ void qmp_exports_abort(void);
 /* After qmp_exports_stop() finished and the iothreads are gone. */
 void qmp_exports_free(void);
 unsigned qmp_export_count(void);
+
+/* One export as the metrics endpoint reports it. */
+struct qmp_export_view {
+	const char *id, *type, *node; /* type: "nbd" or "vhost-user-blk" */
+	unsigned clients;             /* NBD connections; vhost-user: 1 with a front-end */
+	unsigned queues;              /* vhost-user-blk: num-queues; NBD: 0 */
+};
+/* fn(ctx, view) for each export, oldest first. */
+void qmp_exports_foreach(void (*fn)(void *ctx, const struct qmp_export_view *v), void *ctx);
 /* An export id for the command line's shorthands: want when it is a valid
  * id not taken, else PREFIX0, PREFIX1, ... (the first one free). */
 void qmp_export_make_id(const char *want, const char *prefix, char *out, size_t len);

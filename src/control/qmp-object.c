@@ -68,7 +68,8 @@ static const struct qapi_type iothread_info = QAPI_OBJECT_TYPE(
 	"IOThreadInfo",
 	QAPI_MEMBERS(QAPI_REQ("id", &qapi_str), QAPI_REQ("thread-id", &qapi_int),
 		     QAPI_REQ("poll-max-ns", &qapi_int), QAPI_REQ("poll-grow", &qapi_int),
-		     QAPI_REQ("poll-shrink", &qapi_int), QAPI_REQ("aio-max-batch", &qapi_int)));
+		     QAPI_REQ("poll-shrink", &qapi_int), QAPI_REQ("aio-max-batch", &qapi_int),
+		     QAPI_OPT("x-ioplane", &qapi_any)));
 static const struct qapi_type iothread_info_list = QAPI_LIST_TYPE(&iothread_info);
 
 /* ---- the objects -------------------------------------------------------- */
@@ -327,6 +328,31 @@ static void object_del_cmd(struct qmp_req *req, json_t *args)
 	qmp_return(req, NULL);
 }
 
+void qmp_iothreads_foreach(void (*fn)(void *ctx, const char *id, struct iothread *t), void *ctx)
+{
+	struct qobj *list[POOL_MAX * 2], *o;
+	unsigned n = 0;
+
+	/* objects is newest first. */
+	for (o = objects; o && n < sizeof(list) / sizeof(list[0]); o = o->next)
+		list[n++] = o;
+	while (n--)
+		fn(ctx, list[n]->id, list[n]->t);
+}
+
+/* What the loop counted (read racily: the iothread writes them), beside
+ * QEMU's members, as the metrics endpoint reports them. */
+static json_t *iothread_extra(struct iothread *t)
+{
+	struct loop_stats st;
+
+	loop_get_stats(iothread_loop(t), &st);
+	return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "rounds", (json_int_t)st.rounds, "sleeps",
+			 (json_int_t)st.sleeps, "poll-hits", (json_int_t)st.poll_hits,
+			 "poll-misses", (json_int_t)st.poll_misses, "poll-ns",
+			 (json_int_t)st.poll_ns, "busy-ns", (json_int_t)iothread_cpu_ns(t));
+}
+
 static void query_iothreads(struct qmp_req *req, json_t *args)
 {
 	json_t *list = json_array();
@@ -334,13 +360,13 @@ static void query_iothreads(struct qmp_req *req, json_t *args)
 
 	(void)args;
 	for (o = objects; list && o; o = o->next)
-		json_array_insert_new(list, 0,
-				      json_pack("{s:s,s:i,s:I,s:I,s:I,s:I}", "id", o->id,
-						"thread-id", (int)iothread_tid(o->t), "poll-max-ns",
-						(json_int_t)o->poll_max_ns, "poll-grow",
-						(json_int_t)o->poll_grow, "poll-shrink",
-						(json_int_t)o->poll_shrink, "aio-max-batch",
-						(json_int_t)o->aio_max_batch));
+		json_array_insert_new(
+			list, 0,
+			json_pack("{s:s,s:i,s:I,s:I,s:I,s:I,s:o*}", "id", o->id, "thread-id",
+				  (int)iothread_tid(o->t), "poll-max-ns",
+				  (json_int_t)o->poll_max_ns, "poll-grow", (json_int_t)o->poll_grow,
+				  "poll-shrink", (json_int_t)o->poll_shrink, "aio-max-batch",
+				  (json_int_t)o->aio_max_batch, "x-ioplane", iothread_extra(o->t)));
 	if (!list) {
 		qmp_error(req, QMP_ERR_GENERIC, "out of memory");
 		return;

@@ -40,6 +40,9 @@ int qmp_iothread_pool(unsigned n, int64_t poll_max_ns, struct loop ***loops, cha
  * found"). Give it back with qmp_iothread_put(). */
 struct loop *qmp_iothread_get(const char *id, char *err, size_t errlen);
 void qmp_iothread_put(struct loop *loop);
+/* fn(ctx, id, t) for each iothread, oldest first (the metrics endpoint). */
+struct iothread;
+void qmp_iothreads_foreach(void (*fn)(void *ctx, const char *id, struct iothread *t), void *ctx);
 /* The id of the iothread running loop (NULL: not one of ours). */
 const char *qmp_iothread_id(const struct loop *loop);
 

@@ -537,6 +537,11 @@ bool vub_export_connected(const struct vub_export *e)
 	return e->conn != NULL;
 }
 
+unsigned vub_export_queues(const struct vub_export *e)
+{
+	return e->nqueues;
+}
+
 static void vub_accept_cb(struct loop_fd *h, uint32_t revents)
 {
 	struct vub_export *e = container_of(h, struct vub_export, listen_h);

@@ -52,5 +52,6 @@ void vub_export_free(struct vub_export *e);
  * -EBUSY while another front-end is attached. */
 int vub_export_attach_fd(struct vub_export *e, int fd);
 bool vub_export_connected(const struct vub_export *e);
+unsigned vub_export_queues(const struct vub_export *e); /* num-queues */
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "loop/coroutine.h"
@@ -137,6 +138,16 @@ struct loop *iothread_loop(struct iothread *t)
 const char *iothread_name(const struct iothread *t)
 {
 	return t->name;
+}
+
+uint64_t iothread_cpu_ns(const struct iothread *t)
+{
+	struct timespec ts;
+	clockid_t cid;
+
+	if (pthread_getcpuclockid(t->tid, &cid) || clock_gettime(cid, &ts) < 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 pid_t iothread_tid(const struct iothread *t)

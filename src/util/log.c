@@ -9,6 +9,7 @@
  * formatted on the stack and written with one write(2) so that lines from
  * different threads never interleave. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 static int log_level = -1;
 static int log_with_time = -1;
 static int log_to_journal = -1;
+static char *log_path; /* --log-file; set once at start-up */
 
 static const char *const log_names[] = {
 	[LOG_ERR] = "error",
@@ -182,6 +184,60 @@ void log_msg(enum log_level l, const char *fmt, ...)
 	log_write_all(buf, n);
 out:
 	errno = saved_errno;
+}
+
+static int log_dup_file(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+
+	if (fd < 0)
+		return -errno;
+	/* dup2 replaces stderr atomically: a line being written by another
+	 * thread goes wholly to the old file or to the new one. */
+	if (fd != STDERR_FILENO && dup2(fd, STDERR_FILENO) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	if (fd != STDERR_FILENO)
+		close(fd);
+	return 0;
+}
+
+int log_check_file(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	return 0;
+}
+
+int log_open_file(const char *path)
+{
+	int ret = log_dup_file(path);
+
+	if (ret < 0)
+		return ret;
+	free(log_path);
+	log_path = strdup(path);
+	if (!log_path)
+		return -ENOMEM;
+	/* A file is not the journal, whatever $JOURNAL_STREAM said. */
+	__atomic_store_n(&log_to_journal, 0, __ATOMIC_RELAXED);
+	return 0;
+}
+
+int log_reopen(void)
+{
+	int ret;
+
+	if (!log_path)
+		return 0;
+	ret = log_dup_file(log_path);
+	return ret < 0 ? ret : 1;
 }
 
 void log_errors_end(struct log_errors *e, const char *who)

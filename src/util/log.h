@@ -8,6 +8,14 @@
 enum log_level { LOG_ERR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 void log_set_level(enum log_level l);
+/* Log to the file at path from now on (appending; created with mode 0640):
+ * it becomes stderr. 0 or -errno. Main thread, before other threads log. */
+int log_open_file(const char *path);
+/* Can path be opened as log_open_file() opens it? 0 or -errno; stderr stays. */
+int log_check_file(const char *path);
+/* Open the log file again (SIGHUP, after logrotate moved it): 1 reopened, 0
+ * no log file, -errno (logging goes on to the old one). Any thread. */
+int log_reopen(void);
 enum log_level log_get_level(void);
 void log_msg(enum log_level l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

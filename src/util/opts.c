@@ -355,6 +355,21 @@ int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+int parse_octal_mode(const char *s, mode_t *out)
+{
+	unsigned long v;
+	char *end;
+
+	errno = 0;
+	if (*s < '0' || *s > '7')
+		return -EINVAL;
+	v = strtoul(s, &end, 8);
+	if (errno || *end || v > 0777)
+		return -EINVAL;
+	*out = (mode_t)v;
+	return 0;
+}
+
 int parse_bool(const char *s, bool *out)
 {
 	static const char *const yes[] = {"on", "yes", "true", "1"};

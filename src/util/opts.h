@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct kv {
 	char *key, *val;
@@ -37,5 +38,7 @@ int parse_size(const char *s, uint64_t *out);
 /* Decimal/0x unsigned with range check. */
 int parse_u64(const char *s, uint64_t *out);
 int parse_bool(const char *s, bool *out); /* on/off, yes/no, true/false, 1/0 */
+/* Octal permission bits as chmod takes them ("600", "0660"), at most 0777. */
+int parse_octal_mode(const char *s, mode_t *out);
 
 #endif

@@ -119,6 +119,15 @@ class Client:
         self.s.close()
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 that nobody listens on (for the moment)."""
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def wait_socket(path, proc):
     for _ in range(WAIT_S * 100):
         if proc.poll() is not None:

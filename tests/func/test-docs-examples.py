@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The examples of README.md and of the man page's EXAMPLES run as written.
+"""The examples of README.md, docs/service.md, docs/metrics.md and of the man page's
+EXAMPLES run as written.
 
 Each shell example is taken from the document, its system paths (/run/ioplane,
 /var/lib/images) moved into a scratch directory and build/ioplane (or ioplane) replaced
@@ -7,7 +8,10 @@ by the binary under test, then run in order: the commands before `# in another s
 one after the other, an `ioplane serve` among them in the background until the sockets it
 names listen; the commands after it as its clients, each of which must succeed; then the
 daemon must exit 0 on SIGTERM (or by itself after a QMP quit). The QEMU line is not run
-(no guest here), but its -m must equal its memory backend's size. Lines that build or
+(no guest here), but its -m must equal its memory backend's size; a cloud-hypervisor
+line must share its memory and name a vhost-user socket the daemon serves; an
+nbd-client line (the kernel's client) must name a socket and an export the daemon
+serves; an XML block (libvirt) must parse and name such a socket. Lines that build or
 test the tree (scripts/, meson, ninja, build/tests/) are left out; port 10809 becomes a free one.
 """
 
@@ -47,9 +51,9 @@ def skip(msg):
     sys.exit(77)
 
 
-def readme_blocks():
-    text = open(os.path.join(SRC, 'README.md')).read()
-    return re.findall(r'```sh\n(.*?)```', text, re.S)
+def md_blocks(doc, lang='sh'):
+    text = open(os.path.join(SRC, doc)).read()
+    return re.findall(r'```%s\n(.*?)```' % lang, text, re.S)
 
 
 def man_blocks():
@@ -105,6 +109,40 @@ def check_qemu(cmd):
         fail('a QEMU line whose -m is not its memory backend size: ' + cmd)
 
 
+def check_cloud_hypervisor(cmd, tmp):
+    if not re.search(r'--memory\s+\S*shared=on', cmd):
+        fail('a cloud-hypervisor line without shared memory: ' + cmd)
+    m = re.search(r'--disk\s+\S*vhost_user=true,socket=([^,\s]+)', cmd)
+    if not m or not os.path.exists(localise(m.group(1), tmp)):
+        fail('a cloud-hypervisor line without a served vhost-user socket: ' + cmd)
+
+
+def check_nbd_client(cmd, tmp):
+    """The kernel client cannot run here: its socket and export must be served."""
+    if ' -d ' in cmd:
+        return
+    sock = re.search(r'-unix\s+(\S+)', cmd)
+    name = re.search(r'-N\s+(\S+)', cmd)
+    if not sock or not name:
+        fail('an nbd-client line without -unix SOCKET and -N NAME: ' + cmd)
+    r = subprocess.run(['nbdinfo', '--size', 'nbd+unix:///%s?socket=%s'
+                        % (name.group(1), localise(sock.group(1), tmp))], capture_output=True)
+    if r.returncode:
+        fail('nbd-client names what the daemon does not serve: %s: %s' % (cmd, r.stderr))
+
+
+def check_xml(doc, vu_paths):
+    import xml.etree.ElementTree as ET
+    for block in md_blocks(doc, 'xml'):
+        root = ET.fromstring(block)
+        for disk in root.iter('disk'):
+            src = disk.find('source')
+            if disk.get('type') == 'vhostuser' and (src is None or src.get('path') not in vu_paths):
+                fail('%s: a vhostuser disk on a socket no example serves' % doc)
+        if root.find('memoryBacking/access') is None and root.iter('disk'):
+            fail('%s: a vhostuser domain without shared memory' % doc)
+
+
 def wait_listening(proc, cmd, log):
     paths = re.findall(r'(?:unix|path)=([^,\s]+)', cmd)
     tcp = re.findall(r'tcp=([\d.]+):(\d+)', cmd)
@@ -145,6 +183,12 @@ def run_block(block, tmp, name):
         if cmd.startswith('qemu-system'):
             check_qemu(cmd)
             continue
+        if cmd.startswith('cloud-hypervisor'):
+            check_cloud_hypervisor(cmd, tmp)
+            continue
+        if cmd.startswith('nbd-client'):
+            check_nbd_client(cmd, tmp)
+            continue
         local = localise(cmd, tmp)
         if re.match(r'\S+ serve ', local):
             log = os.path.join(tmp, 'serve-%s.log' % name)
@@ -171,11 +215,14 @@ def main():
             skip(tool + ' is not installed')
     base = '/var/tmp' if os.path.isdir('/var/tmp') else None
     total = 0
-    for doc, blocks in (('README.md', readme_blocks()), ('ioplane.1', man_blocks())):
+    docs = [(d, md_blocks(d)) for d in ('README.md', 'docs/service.md', 'docs/metrics.md')]
+    for doc, blocks in docs + [('ioplane.1', man_blocks())]:
         with tempfile.TemporaryDirectory(dir=base) as tmp:
             for i, block in enumerate(blocks):
-                total += run_block(block, tmp, '%s-%d' % (doc, i))
+                total += run_block(block, tmp, '%s-%d' % (os.path.basename(doc), i))
         print('%s: %d examples ran' % (doc, len(blocks)))
+    check_xml('docs/service.md', {m for b in md_blocks('docs/service.md') for m in
+                                  re.findall(r'vhost-user-blk unix=([^,\s]+)', b)})
     if total < 15:
         fail('only %d commands ran: the examples were not found' % total)
     print('PASS: %d commands' % total)

@@ -20,7 +20,7 @@ for w in --iothreads --pidfile --max-connections --max-request-memory --poll-max
 	--nbd file= format=raw cache=none writeback aio=io_uring native threads read-only=on discard=unmap ignore \
 	detect-zeroes= driver=null size= latency-ns= read-zeroes= unix= tcp= image= name= \
 	writable=on description= format=qcow2 backing= backing-format= data-file= l2-cache-size= \
-	--vhost-user-blk; do
+	--vhost-user-blk --metrics --log-file --run-with user= group= public=on; do
 	grep -qF -- "$w" <<<"$out" || fail "serve --help does not mention '$w'"
 done
 grep -qi example <<<"$out" || fail "serve --help has no examples"
@@ -83,6 +83,13 @@ bad 1 127.0.0.1 --image $N --nbd tcp=127.0.0.1,image=d0
 bad 1 port --image $N --nbd tcp=127.0.0.1:port,image=d0
 bad 1 d0 --image $N --nbd "$E" --nbd "$E"
 bad 1 stray --image $N --nbd "$E" stray-argument
+bad 1 no-such-user --image $N --nbd "$E,user=no-such-user"
+bad 1 no-such-group --image $N --nbd "$E,group=no-such-group"
+bad 1 'user=' --image $N --nbd "$E" --run-with nobody
+bad 1 'not a loopback' --image $N --nbd "$E" --metrics tcp=192.0.2.1:9100
+bad 1 'given twice' --image $N --nbd "$E" --metrics unix=$NBD_TMP/m1 --metrics unix=$NBD_TMP/m2
+bad 1 bogus --image $N --nbd "$E" --metrics unix=$NBD_TMP/m1,bogus=1
+bad 1 'log-file' --image $N --nbd "$E" --log-file /nonexistent-dir/x.log
 # Not a syntax error, but start-up must fail cleanly with a message naming the file.
 bad any does-not-exist --image d0,file="$NBD_TMP/does-not-exist.img" --nbd "$E"
 

@@ -224,7 +224,10 @@ def ioplane_only(d, c, tmp):
     threads = {t['id']: t for t in c.cmd('query-iothreads')['return']}
     a, b = threads.get('a'), threads.get('b')
     if not a or not b or set(a) != {'id', 'thread-id', 'poll-max-ns', 'poll-grow',
-                                    'poll-shrink', 'aio-max-batch'}:
+                                    'poll-shrink', 'aio-max-batch', 'x-ioplane'}:
+        fail('query-iothreads: %r' % threads)
+    if set(a['x-ioplane']) != {'rounds', 'sleeps', 'poll-hits', 'poll-misses', 'poll-ns',
+                               'busy-ns'}:
         fail('query-iothreads: %r' % threads)
     if a['poll-max-ns'] != 0 or b['aio-max-batch'] != 7 or b['poll-max-ns'] != 32768:
         fail('query-iothreads values: %r' % threads)

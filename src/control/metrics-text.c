@@ -1,0 +1,319 @@
+/* The Prometheus text exposition (format 0.0.4) of the daemon's counters:
+ * per node (node=, op=), per export (export=) and per iothread (iothread=).
+ * Names follow Prometheus' conventions: ioplane_..._total counters, base
+ * units (bytes, seconds), `_seconds` histograms from blk_stats' log2 bins.
+ *
+ * THREADING RULE: main thread only. The counters belong to the iothreads and
+ * are read without locks (blk_get_stats, loop_get_stats), so a scrape never
+ * stalls a request; a sum may be a few requests stale. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/block.h"
+#include "block/graph.h"
+#include "control/metrics.h"
+#include "control/qmp-export.h"
+#include "control/qmp-object.h"
+#include "ioplane-version.h"
+#include "loop/iothread.h"
+#include "loop/loop.h"
+#include "util/compiler.h"
+
+/* Latency buckets reported: upper bounds 2^LE_FIRST .. 2^LE_LAST ns (about
+ * 1 us to 17 s), then +Inf. Bin i of blk_op_stats.hist holds [2^i, 2^(i+1))
+ * ns, so the bucket le=2^k ns is the sum of bins 0 .. k-1, exactly. */
+#define LE_FIRST 10
+#define LE_LAST 34
+
+void mbuf_printf(struct mbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (int tries = 0; !b->oom && tries < 2; tries++) {
+		size_t room = b->cap - b->len;
+
+		va_start(ap, fmt);
+		n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = true;
+		} else if ((size_t)n < room) {
+			b->len += (size_t)n;
+			return;
+		} else {
+			size_t cap = b->cap ? b->cap : 16384;
+			char *p;
+
+			while (cap - b->len <= (size_t)n)
+				cap *= 2;
+			p = realloc(b->p, cap);
+			if (!p)
+				b->oom = true;
+			else
+				b->p = p, b->cap = cap;
+		}
+	}
+}
+
+void mbuf_free(struct mbuf *b)
+{
+	free(b->p);
+	*b = (struct mbuf){0};
+}
+
+/* A label value with \, " and newline escaped, as the format requires. */
+static const char *esc(const char *s, char *buf, size_t len)
+{
+	size_t o = 0;
+
+	for (; *s && o + 3 < len; s++) {
+		if (*s == '\\' || *s == '"' || *s == '\n')
+			buf[o++] = '\\';
+		buf[o++] = *s == '\n' ? 'n' : *s;
+	}
+	buf[o] = 0;
+	return buf;
+}
+
+static void family(struct mbuf *b, const char *name, const char *type, const char *help)
+{
+	mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* ---- nodes --------------------------------------------------------------- */
+
+struct node_snap {
+	const char *name;
+	struct blk_stats st;
+};
+
+/* A per-operation counter: a uint64_t of struct blk_op_stats. */
+static const struct op_counter {
+	const char *name, *help;
+	size_t off;
+} op_counters[] = {
+	{"ioplane_node_operations_total", "Requests completed by the node, failed ones included",
+	 offsetof(struct blk_op_stats, ops)},
+	{"ioplane_node_bytes_total", "Bytes of the requests that completed successfully",
+	 offsetof(struct blk_op_stats, bytes)},
+	{"ioplane_node_errors_total", "Requests that completed with an error",
+	 offsetof(struct blk_op_stats, errors)},
+};
+
+/* A per-node value: a uint64_t of struct blk_stats, scaled by 1/div. A new
+ * field of struct blk_stats (throttle waits, their time in ns) is one line:
+ *   {"ioplane_node_throttle_waits_total", "counter", "...", offsetof(struct blk_stats,
+ *    throttle_waits), 1},
+ *   {"ioplane_node_throttle_wait_seconds_total", "counter", "...",
+ *    offsetof(struct blk_stats, throttle_wait_ns), 1e9}, */
+static const struct node_value {
+	const char *name, *type, *help;
+	size_t off;
+	double div;
+} node_values[] = {
+	{"ioplane_node_in_flight", "gauge", "Requests submitted to the node and not completed",
+	 offsetof(struct blk_stats, in_flight), 1},
+};
+
+static uint64_t u64_at(const void *base, size_t off)
+{
+	uint64_t v;
+
+	memcpy(&v, (const char *)base + off, sizeof(v));
+	return v;
+}
+
+static void node_op_counters(struct mbuf *b, const struct node_snap *n, size_t nn)
+{
+	char lbl[256];
+
+	for (size_t c = 0; c < ARRAY_SIZE(op_counters); c++) {
+		family(b, op_counters[c].name, "counter", op_counters[c].help);
+		for (size_t i = 0; i < nn; i++)
+			for (unsigned op = 0; op < BLK_OP__COUNT; op++)
+				mbuf_printf(b, "%s{node=\"%s\",op=\"%s\"} %llu\n",
+					    op_counters[c].name, esc(n[i].name, lbl, sizeof(lbl)),
+					    blk_op_name((enum blk_op)op),
+					    (unsigned long long)u64_at(&n[i].st.op[op],
+								       op_counters[c].off));
+	}
+}
+
+static void node_value_families(struct mbuf *b, const struct node_snap *n, size_t nn)
+{
+	char lbl[256];
+
+	for (size_t c = 0; c < ARRAY_SIZE(node_values); c++) {
+		const struct node_value *v = &node_values[c];
+
+		family(b, v->name, v->type, v->help);
+		for (size_t i = 0; i < nn; i++)
+			mbuf_printf(b, "%s{node=\"%s\"} %.9g\n", v->name,
+				    esc(n[i].name, lbl, sizeof(lbl)),
+				    (double)u64_at(&n[i].st, v->off) / v->div);
+	}
+}
+
+static void histogram(struct mbuf *b, const char *node, const char *op,
+		      const struct blk_op_stats *o)
+{
+	static const char name[] = "ioplane_node_latency_seconds";
+	uint64_t cum = 0;
+	unsigned bin = 0;
+
+	for (unsigned k = LE_FIRST; k <= LE_LAST; k++) {
+		while (bin < k)
+			cum += o->hist[bin++];
+		mbuf_printf(b, "%s_bucket{node=\"%s\",op=\"%s\",le=\"%.9g\"} %llu\n", name, node,
+			    op, (double)(1ull << k) / 1e9, (unsigned long long)cum);
+	}
+	mbuf_printf(b, "%s_bucket{node=\"%s\",op=\"%s\",le=\"+Inf\"} %llu\n", name, node, op,
+		    (unsigned long long)o->ops);
+	mbuf_printf(b, "%s_sum{node=\"%s\",op=\"%s\"} %.9f\n", name, node, op,
+		    (double)o->total_ns / 1e9);
+	mbuf_printf(b, "%s_count{node=\"%s\",op=\"%s\"} %llu\n", name, node, op,
+		    (unsigned long long)o->ops);
+}
+
+static void node_histograms(struct mbuf *b, const struct node_snap *n, size_t nn)
+{
+	char lbl[256];
+
+	family(b, "ioplane_node_latency_seconds", "histogram",
+	       "Time from submission to completion of the node's requests");
+	for (size_t i = 0; i < nn; i++)
+		for (unsigned op = 0; op < BLK_OP__COUNT; op++)
+			histogram(b, esc(n[i].name, lbl, sizeof(lbl)), blk_op_name((enum blk_op)op),
+				  &n[i].st.op[op]);
+}
+
+static void render_nodes(struct mbuf *b)
+{
+	struct node_snap *snap;
+	struct blk_node *bs;
+	size_t nn = 0, i = 0;
+
+	for (bs = blk_graph_next(NULL); bs; bs = blk_graph_next(bs))
+		nn++;
+	snap = calloc(nn ? nn : 1, sizeof(*snap));
+	if (!snap) {
+		b->oom = true;
+		return;
+	}
+	for (bs = blk_graph_next(NULL); bs && i < nn; bs = blk_graph_next(bs), i++) {
+		snap[i].name = blk_node_name(bs);
+		blk_get_stats(bs, &snap[i].st);
+	}
+	node_op_counters(b, snap, i);
+	node_value_families(b, snap, i);
+	node_histograms(b, snap, i);
+	free(snap);
+}
+
+/* ---- exports ------------------------------------------------------------- */
+
+struct export_pass {
+	struct mbuf *b;
+	int what; /* 0 info, 1 clients, 2 queues */
+};
+
+static void export_line(void *ctx, const struct qmp_export_view *v)
+{
+	struct export_pass *p = ctx;
+	char id[256], node[256];
+
+	esc(v->id, id, sizeof(id));
+	if (p->what == 0)
+		mbuf_printf(p->b, "ioplane_export_info{export=\"%s\",type=\"%s\",node=\"%s\"} 1\n",
+			    id, v->type, esc(v->node, node, sizeof(node)));
+	else if (p->what == 1)
+		mbuf_printf(p->b, "ioplane_export_clients{export=\"%s\",type=\"%s\"} %u\n", id,
+			    v->type, v->clients);
+	else if (v->queues)
+		mbuf_printf(p->b, "ioplane_vhost_user_queues{export=\"%s\"} %u\n", id, v->queues);
+}
+
+static void render_exports(struct mbuf *b)
+{
+	struct export_pass p = {.b = b};
+
+	family(b, "ioplane_export_info", "gauge",
+	       "One per export: its type and the node it serves (join on node)");
+	qmp_exports_foreach(export_line, &p);
+	p.what = 1;
+	family(b, "ioplane_export_clients", "gauge",
+	       "NBD connections, or 1 while a vhost-user front-end is connected");
+	qmp_exports_foreach(export_line, &p);
+	p.what = 2;
+	family(b, "ioplane_vhost_user_queues", "gauge", "Virtqueues of a vhost-user-blk export");
+	qmp_exports_foreach(export_line, &p);
+}
+
+/* ---- iothreads ----------------------------------------------------------- */
+
+static const struct loop_counter {
+	const char *name, *type, *help;
+	size_t off; /* in struct loop_stats; SIZE_MAX: the thread's CPU time */
+	double div;
+} loop_counters[] = {
+	{"ioplane_iothread_rounds_total", "counter", "Dispatch rounds of the iothread's loop",
+	 offsetof(struct loop_stats, rounds), 1},
+	{"ioplane_iothread_sleeps_total", "counter", "Times the loop went to sleep in the kernel",
+	 offsetof(struct loop_stats, sleeps), 1},
+	{"ioplane_iothread_poll_hits_total", "counter", "Busy-polling phases that found work",
+	 offsetof(struct loop_stats, poll_hits), 1},
+	{"ioplane_iothread_poll_misses_total", "counter",
+	 "Busy-polling phases that found nothing and slept",
+	 offsetof(struct loop_stats, poll_misses), 1},
+	{"ioplane_iothread_poll_seconds", "gauge", "The loop's current adaptive polling time",
+	 offsetof(struct loop_stats, poll_ns), 1e9},
+	{"ioplane_iothread_busy_seconds_total", "counter",
+	 "CPU time the iothread used (user and system, polling included)", SIZE_MAX, 1e9},
+};
+
+struct loop_pass {
+	struct mbuf *b;
+	const struct loop_counter *c;
+};
+
+static void iothread_line(void *ctx, const char *id, struct iothread *t)
+{
+	struct loop_pass *p = ctx;
+	struct loop_stats st;
+	char lbl[256];
+	uint64_t v;
+
+	if (p->c->off == SIZE_MAX) {
+		v = iothread_cpu_ns(t);
+	} else {
+		loop_get_stats(iothread_loop(t), &st);
+		v = u64_at(&st, p->c->off);
+	}
+	mbuf_printf(p->b, "%s{iothread=\"%s\"} %.9g\n", p->c->name, esc(id, lbl, sizeof(lbl)),
+		    (double)v / p->c->div);
+}
+
+static void render_iothreads(struct mbuf *b)
+{
+	struct loop_pass p = {.b = b};
+
+	for (size_t c = 0; c < ARRAY_SIZE(loop_counters); c++) {
+		p.c = &loop_counters[c];
+		family(b, p.c->name, p.c->type, p.c->help);
+		qmp_iothreads_foreach(iothread_line, &p);
+	}
+}
+
+void metrics_render(struct mbuf *b)
+{
+	family(b, "ioplane_build_info", "gauge", "The ioplane version serving these metrics");
+	mbuf_printf(b, "ioplane_build_info{version=\"%s\"} 1\n", IOPLANE_VERSION);
+	render_nodes(b);
+	render_exports(b);
+	render_iothreads(b);
+}
