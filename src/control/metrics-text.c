@@ -105,12 +105,7 @@ static const struct op_counter {
 	 offsetof(struct blk_op_stats, errors)},
 };
 
-/* A per-node value: a uint64_t of struct blk_stats, scaled by 1/div. A new
- * field of struct blk_stats (throttle waits, their time in ns) is one line:
- *   {"ioplane_node_throttle_waits_total", "counter", "...", offsetof(struct blk_stats,
- *    throttle_waits), 1},
- *   {"ioplane_node_throttle_wait_seconds_total", "counter", "...",
- *    offsetof(struct blk_stats, throttle_wait_ns), 1e9}, */
+/* A per-node value: a uint64_t of struct blk_stats, scaled by 1/div. */
 static const struct node_value {
 	const char *name, *type, *help;
 	size_t off;
@@ -118,6 +113,12 @@ static const struct node_value {
 } node_values[] = {
 	{"ioplane_node_in_flight", "gauge", "Requests submitted to the node and not completed",
 	 offsetof(struct blk_stats, in_flight), 1},
+	{"ioplane_node_throttle_waits_total", "counter",
+	 "Requests a throttle node held back for its group's limits",
+	 offsetof(struct blk_stats, throttle_waits), 1},
+	{"ioplane_node_throttle_wait_seconds_total", "counter",
+	 "Time requests waited in a throttle node", offsetof(struct blk_stats, throttle_wait_ns),
+	 1e9},
 };
 
 static uint64_t u64_at(const void *base, size_t off)

@@ -71,11 +71,11 @@ def promtool(text, tmp):
         fail('promtool check metrics: %s %s' % (r.stdout.decode(), r.stderr.decode()))
 
 
-def qemu_io(sock, *cmds):
+def qemu_io(sock, *cmds, export='n'):
     argv = ['qemu-io', '-f', 'raw']
     for c in cmds:
         argv += ['-c', c]
-    argv.append('nbd+unix:///n?socket=' + sock)
+    argv.append('nbd+unix:///%s?socket=%s' % (export, sock))
     r = subprocess.run(argv, capture_output=True, timeout=60)
     if r.returncode != 0 or b'error' in r.stdout.lower():
         fail('qemu-io %r: %r %r' % (cmds, r.stdout, r.stderr))
@@ -128,6 +128,35 @@ def counters(d, tmp, msock, nsock):
     if len(threads) != 2:
         fail('query-iothreads: %r' % threads)
     c.close()
+
+
+def throttle_waits(tmp):
+    """A throttle node's waits: 30 writes against a group of 20 IOPS make some wait."""
+    msock, nsock = os.path.join(tmp, 't.sock'), os.path.join(tmp, 'tnbd.sock')
+    d = _qmp.Daemon('ioplane', tmp, [
+        '--object', 'throttle-group,id=tg,limits.iops-total=20',
+        '--blockdev', 'driver=null-co,node-name=z,size=67108864',
+        '--blockdev', 'driver=throttle,node-name=t,throttle-group=tg,file=z',
+        '--nbd-server', 'addr.type=unix,addr.path=' + nsock,
+        '--export', 'type=nbd,id=t,node-name=t,writable=on', '--metrics', 'unix=' + msock])
+    ok = False
+    try:
+        _qmp.wait_socket(msock, d.proc)
+        _qmp.wait_socket(nsock, d.proc)
+        before = samples(scrape(msock))
+        qemu_io(nsock, *['write -P 7 %d 4k' % (i * 4096) for i in range(30)], export='t')
+        text = scrape(msock)
+        promtool(text, tmp)
+        after = samples(text)
+        w = 'ioplane_node_throttle_waits_total{node="t"}'
+        t = 'ioplane_node_throttle_wait_seconds_total{node="t"}'
+        if w not in after or after[w] - before.get(w, 0) <= 0 or after[t] <= 0:
+            fail('throttle waits not reported: %r %r' % (after.get(w), after.get(t)))
+        if after.get('ioplane_node_throttle_waits_total{node="z"}', 0) != 0:
+            fail('waits counted on the node below the throttle node')
+        ok = True
+    finally:
+        d.cleanup(ok)
 
 
 def http_errors(msock):
@@ -224,6 +253,7 @@ def main():
         if os.path.exists(msock):
             fail('metrics socket left behind')
         tcp(tmp)
+        throttle_waits(tmp)
     if not shutil.which('promtool'):
         _qmp.skip('promtool (Debian prometheus) is not installed; the rest passed')
     print('ok')
