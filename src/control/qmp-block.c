@@ -20,9 +20,9 @@
 
 /* "null" and "host_device" are ioplane's name for null-co and what its
  * file driver opens as well. */
-static const struct qapi_type bd_driver = QAPI_ENUM_TYPE(
-	"BlockdevDriver", "file", "host_device", "nbd", "null-co", "null", "qcow2", "raw", "rbd",
-	"throttle");
+static const struct qapi_type bd_driver =
+	QAPI_ENUM_TYPE("BlockdevDriver", "file", "host_device", "nbd", "null-co", "null", "qcow2",
+		       "raw", "rbd", "throttle");
 static const struct qapi_type bd_discard =
 	QAPI_ENUM_TYPE("BlockdevDiscardOptions", "ignore", "unmap");
 static const struct qapi_type bd_detect_zeroes =

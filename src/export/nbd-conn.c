@@ -420,8 +420,8 @@ static void conn_moved(struct loop_msg *m)
 	} else {
 		if (loop_uring_waits(c->loop) && !c->tls_on) /* the ring would get ciphertext */
 			nbd_ring_start(c);
-		nbd_conn_kick(c);  /* what is left of the handshake's reply */
-		nbd_conn_parse(c); /* requests the client sent right after GO */
+		nbd_conn_kick(c);       /* what is left of the handshake's reply */
+		nbd_conn_parse(c);      /* requests the client sent right after GO */
 		if (nbd_tls_pending(c)) /* records GnuTLS decrypted on the old loop */
 			nbd_tls_read(c);
 	}
