@@ -317,3 +317,69 @@ bool blk_drained(const struct blk_node *bs)
 {
 	return atomic_load(&bs->quiesce) != 0;
 }
+
+/* ---- retargeting held requests (blk_replace_node) ------------------------ */
+
+struct retarget {
+	struct blk_node *from, *to;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned pending; /* protected by lock */
+	struct retarget_slot {
+		struct loop_msg msg;
+		struct retarget *r;
+	} slot[LOOP_MAX_THREADS];
+};
+
+/* This thread's held requests for from go to `to` when they resume. */
+static void retarget_held(struct blk_node *from, struct blk_node *to)
+{
+	for (struct blk_request *req = held_head; req; req = req->core.track_next)
+		if (req->core.node == from)
+			req->core.node = to;
+}
+
+static void retarget_cb(struct loop_msg *m)
+{
+	struct retarget_slot *s = container_of(m, struct retarget_slot, msg);
+	struct retarget *r = s->r;
+
+	retarget_held(r->from, r->to);
+	pthread_mutex_lock(&r->lock);
+	if (--r->pending == 0)
+		pthread_cond_signal(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* Only threads that ever submitted to from can hold requests for it
+ * (blk_drain_hold() records them in from->loops first). The callers made
+ * every user submit to `to` before this: a thread reads the new node once
+ * it has run our message, so nothing is held for from afterwards. */
+void blk_drain_retarget(struct blk_node *from, struct blk_node *to)
+{
+	static struct retarget rt; /* main thread, one at a time */
+	struct retarget *r = &rt;
+	struct loop *self = loop_current(), *ctl = blk_ctl_loop();
+
+	memset(r, 0, sizeof(*r));
+	r->from = from;
+	r->to = to;
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	pthread_mutex_lock(&r->lock);
+	for (unsigned idx = 0; idx < LOOP_MAX_THREADS; idx++) {
+		struct loop *l = atomic_load(&from->loops[idx]);
+
+		if (!l || l == self || l == ctl)
+			continue;
+		r->slot[idx] = (struct retarget_slot){.msg.cb = retarget_cb, .r = r};
+		r->pending++;
+		loop_send(l, &r->slot[idx].msg);
+	}
+	while (r->pending)
+		pthread_cond_wait(&r->cond, &r->lock);
+	pthread_mutex_unlock(&r->lock);
+	retarget_held(from, to); /* the caller's own thread */
+	pthread_mutex_destroy(&r->lock);
+	pthread_cond_destroy(&r->cond);
+}
