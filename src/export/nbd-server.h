@@ -70,6 +70,10 @@ int nbd_server_export_add(struct nbd_server *s, const struct nbd_export_config *
 			  struct nbd_export **out, char *err, size_t errlen);
 int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *e, char *err,
 			  size_t errlen);
+/* The node was replaced (blk_replace_node, main thread, both nodes
+ * drained): requests go to bs from now on. Same size; the connections'
+ * negotiated properties stay. */
+void nbd_export_set_node(struct nbd_export *e, struct blk_node *bs);
 /* Connections that use the export or negotiate with it now. */
 unsigned nbd_export_users(const struct nbd_export *e);
 /* Remove it: no client finds it any more; those using it are disconnected,
