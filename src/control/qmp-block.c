@@ -12,6 +12,8 @@
 
 #include "block/graph.h"
 #include "control/qmp-block.h"
+#include "control/qmp-snapshot.h"
+#include "control/qmp-transaction.h"
 #include "control/qmp.h"
 #include "util/opts.h"
 
@@ -472,6 +474,10 @@ int qmp_block_register(void)
 		ret = qmp_register(&block_cmds[i]);
 	if (!ret)
 		ret = qmp_block_query_register();
+	if (!ret)
+		ret = qmp_txn_register_command();
+	if (!ret)
+		ret = qmp_snapshot_register();
 	done = ret == 0;
 	return ret;
 }

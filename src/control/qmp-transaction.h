@@ -19,7 +19,7 @@ struct qmp_txn_err {
 };
 
 struct qmp_txn_ops {
-	const char *type;	      /* the action's name, e.g. "blockdev-snapshot-sync" */
+	const char *type;             /* the action's name, e.g. "blockdev-snapshot-sync" */
 	const struct qapi_type *data; /* the object type of its "data" */
 	/* Check everything, do what can be undone, and keep what commit, abort
 	 * and clean need in *state. May begin a drain of the nodes it touches
