@@ -50,6 +50,10 @@ int blk_graph_register(struct blk_node *bs);
 void blk_graph_unregister(struct blk_node *bs);
 /* The control loop of blk_ctl_enter() (NULL: none made yet). */
 struct loop *blk_ctl_loop(void);
+/* Inside blk_ctl_enter(): the loop of this same thread it left (the main
+ * loop, blocked in the callback that entered: it cannot answer a message
+ * now); otherwise NULL. */
+struct loop *blk_ctl_outer(void);
 
 /* drain.c: blk_submit() found the node drained: hold the request until
  * the drain ends (0), or submit it if the drain ended meanwhile. */

@@ -227,6 +227,10 @@ static int drain_collect(struct drain *d, struct blk_node *bs)
 static unsigned drain_send(struct drain *d, void (*cb)(struct loop_msg *m), bool skip_self)
 {
 	struct loop *self = loop_current(), *ctl = blk_ctl_loop();
+	/* The loop a control callback blocks (blk_ctl_outer) cannot answer;
+	 * it submits nothing meanwhile, and what it submitted before (an open
+	 * at start-up) has finished. It still gets the resume message. */
+	struct loop *outer = skip_self ? blk_ctl_outer() : NULL;
 	bool seen[LOOP_MAX_THREADS] = {false};
 	unsigned sent = 0;
 
@@ -234,7 +238,7 @@ static unsigned drain_send(struct drain *d, void (*cb)(struct loop_msg *m), bool
 		for (unsigned idx = 0; idx < LOOP_MAX_THREADS; idx++) {
 			struct loop *l = atomic_load(&d->nodes[i]->loops[idx]);
 
-			if (!l || seen[idx] || l == self || l == ctl)
+			if (!l || seen[idx] || l == self || l == ctl || l == outer)
 				continue;
 			seen[idx] = true;
 			d->slot[idx] = (struct drain_slot){
@@ -359,7 +363,7 @@ void blk_drain_retarget(struct blk_node *from, struct blk_node *to)
 {
 	static struct retarget rt; /* main thread, one at a time */
 	struct retarget *r = &rt;
-	struct loop *self = loop_current(), *ctl = blk_ctl_loop();
+	struct loop *self = loop_current(), *ctl = blk_ctl_loop(), *outer = blk_ctl_outer();
 
 	memset(r, 0, sizeof(*r));
 	r->from = from;
@@ -370,7 +374,7 @@ void blk_drain_retarget(struct blk_node *from, struct blk_node *to)
 	for (unsigned idx = 0; idx < LOOP_MAX_THREADS; idx++) {
 		struct loop *l = atomic_load(&from->loops[idx]);
 
-		if (!l || l == self || l == ctl)
+		if (!l || l == self || l == ctl || l == outer) /* this thread's: below */
 			continue;
 		r->slot[idx] = (struct retarget_slot){.msg.cb = retarget_cb, .r = r};
 		r->pending++;

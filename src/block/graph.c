@@ -522,12 +522,23 @@ static void node_set_ro(struct blk_node *bs, bool ro)
 	bs->write_slow = ro || bs->detect_zeroes;
 }
 
-void blk_set_backing_read_only(struct blk_node *bs, bool ro)
+int blk_set_backing_read_only(struct blk_node *bs, bool ro, char *err, size_t errlen)
 {
+	int ret = ro && bs->drv->set_read_only ? bs->drv->set_read_only(bs, true) : 0;
+
+	if (ret) {
+		snprintf(err, errlen, "Could not make node '%s' read-only: %s", blk_node_name(bs),
+			 strerror(-ret));
+		return ret;
+	}
 	node_set_ro(bs, ro);
 	if (bs->next && bs->next->nparents == 1)
 		node_set_ro(bs->next, ro);
-	blk_perm_refresh(bs, NULL, 0); /* fewer permissions: cannot conflict */
+	/* Fewer permissions cannot conflict; more are those it held before. */
+	blk_perm_refresh(bs, NULL, 0);
+	if (!ro && bs->drv->set_read_only)
+		bs->drv->set_read_only(bs, false);
+	return 0;
 }
 
 /* ---- resize ---------------------------------------------------------------- */
@@ -642,7 +653,8 @@ void blk_report_corrupt(struct blk_node *bs, const char *msg, bool fatal)
 
 /* ---- the control loop ------------------------------------------------------- */
 
-static struct loop *ctl_loop; /* main thread */
+static struct loop *ctl_loop;  /* main thread */
+static struct loop *ctl_outer; /* main thread: the loop blk_ctl_enter() left */
 
 int blk_ctl_enter(struct loop **prev)
 {
@@ -651,6 +663,8 @@ int blk_ctl_enter(struct loop **prev)
 	if (!ctl_loop && loop_new(&o, &ctl_loop))
 		return -ENOMEM;
 	*prev = loop_current();
+	if (*prev != ctl_loop)
+		ctl_outer = *prev;
 	loop_bind_current(ctl_loop);
 	return 0;
 }
@@ -660,9 +674,16 @@ struct loop *blk_ctl_loop(void)
 	return ctl_loop;
 }
 
+struct loop *blk_ctl_outer(void)
+{
+	return ctl_loop && loop_current() == ctl_loop ? ctl_outer : NULL;
+}
+
 void blk_ctl_leave(struct loop *prev)
 {
 	loop_bind_current(prev);
+	if (prev != ctl_loop)
+		ctl_outer = NULL;
 }
 
 void blk_ctl_free(void)

@@ -51,6 +51,7 @@ struct snap {
 	bool attached; /* to has from as its backing file */
 	bool replaced; /* to is in from's place */
 	bool was_ro;   /* from was read-only before */
+	bool made_ro;  /* ... and we made it so */
 };
 
 static int snap_err(struct qmp_txn_err *e, int ret, const char *fmt, const char *a, const char *b)
@@ -158,7 +159,10 @@ static int snap_switch(struct snap *s, struct qmp_txn_err *e)
 	if (ret)
 		return snap_err(e, ret, "%s%s", msg, NULL);
 	s->replaced = true;
-	blk_set_backing_read_only(s->from, true);
+	ret = blk_set_backing_read_only(s->from, true, msg, sizeof(msg));
+	if (ret)
+		return snap_err(e, ret, "%s%s", msg, NULL);
+	s->made_ro = !s->was_ro;
 	return 0;
 }
 
@@ -223,8 +227,10 @@ static void snap_undo(struct snap *s)
 	if (s->attached)
 		qcow2_detach_backing(s->to);
 	s->attached = false;
+	if (s->made_ro)
+		blk_set_backing_read_only(s->from, false, msg, sizeof(msg));
+	s->made_ro = false;
 	if (s->replaced) {
-		blk_set_backing_read_only(s->from, s->was_ro);
 		/* Back to what was held a moment ago: cannot conflict. */
 		if (blk_replace_node(s->to, s->from, msg, sizeof(msg)))
 			log_warn("snapshot abort: %s", msg);
