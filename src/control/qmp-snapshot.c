@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "block/file.h"
 #include "block/graph.h"
@@ -92,6 +94,30 @@ static int snap_flush(struct snap *s, struct qmp_txn_err *e)
 	return 0;
 }
 
+/* A new overlay is made under a temporary name and renamed into place once
+ * complete: killed in between, the daemon leaves no half-made image at
+ * path (QEMU can). An existing file is overwritten in place, as QEMU does,
+ * so that its lock is honoured. */
+static int snap_create_file(const char *path, const struct qcow2_create_opts *o, char *msg,
+			    size_t len)
+{
+	char tmp[4096];
+	struct stat st;
+	int ret;
+
+	if (stat(path, &st) == 0 ||
+	    (size_t)snprintf(tmp, sizeof(tmp), "%s.ioplane-new", path) >= sizeof(tmp))
+		return qcow2_create(path, o, msg, len);
+	ret = qcow2_create(tmp, o, msg, len);
+	if (!ret && rename(tmp, path) != 0) {
+		ret = -errno;
+		snprintf(msg, len, "%s", strerror(errno));
+	}
+	if (ret)
+		unlink(tmp);
+	return ret;
+}
+
 /* Make the overlay file as qemu-img create -b OLD -F FMT would: size and
  * backing file from the old top. */
 static int snap_create(struct snap *s, const char *path, struct qmp_txn_err *e)
@@ -107,7 +133,7 @@ static int snap_create(struct snap *s, const char *path, struct qmp_txn_err *e)
 	if (!o.backing_file)
 		return snap_err(e, -ENOTSUP, "Node '%s' is not an image in a file%s",
 				blk_node_name(s->from), NULL);
-	ret = qcow2_create(path, &o, msg, sizeof(msg));
+	ret = snap_create_file(path, &o, msg, sizeof(msg));
 	if (ret)
 		return snap_err(e, ret, "Could not create '%s': %s", path, msg);
 	return 0;
