@@ -27,6 +27,7 @@ static const struct cmd img_cmds[] = {
 	{ "convert", cmd_img_convert, "copy an image, possibly to another format" },
 	{ "compare", cmd_img_compare, "compare the contents of two images" },
 	{ "resize", cmd_img_resize, "change an image's virtual size" },
+	{ "snapshot", cmd_img_snapshot, "list a qcow2 image's internal snapshots (-l)" },
 	{ "bench", cmd_bench, "run a block-layer benchmark (same as `ioplane bench`)" },
 	{ NULL, NULL, NULL },
 };
