@@ -192,6 +192,18 @@ static int snap_switch(struct snap *s, struct qmp_txn_err *e)
 	return 0;
 }
 
+/* Both commands: find the node, flush it, drain it. */
+static int snap_begin(struct snap *s, const char *device, const char *node, struct qmp_txn_err *e)
+{
+	int ret;
+
+	s->from = snap_lookup(device, node, e);
+	if (!s->from)
+		return -ENOENT;
+	ret = snap_flush(s, e);
+	return ret ? ret : snap_drain(s->from, &s->drained_from, e);
+}
+
 static int sync_prepare(json_t *args, struct snap *s, struct qmp_txn_err *e)
 {
 	const char *node = qapi_get_str(args, "node-name"),
@@ -200,12 +212,7 @@ static int sync_prepare(json_t *args, struct snap *s, struct qmp_txn_err *e)
 	const char *fmt = qapi_get_str(args, "format");
 	int ret;
 
-	s->from = snap_lookup(qapi_get_str(args, "device"), node, e);
-	if (!s->from)
-		return -ENOENT;
-	ret = snap_flush(s, e);
-	if (!ret)
-		ret = snap_drain(s->from, &s->drained_from, e);
+	ret = snap_begin(s, qapi_get_str(args, "device"), node, e);
 	if (ret)
 		return ret;
 	if (node && !name)
@@ -227,12 +234,7 @@ static int plain_prepare(json_t *args, struct snap *s, struct qmp_txn_err *e)
 	const char *node = qapi_get_str(args, "node"), *overlay = qapi_get_str(args, "overlay");
 	int ret;
 
-	s->from = snap_lookup(node, node, e);
-	if (!s->from)
-		return -ENOENT;
-	ret = snap_flush(s, e);
-	if (!ret)
-		ret = snap_drain(s->from, &s->drained_from, e);
+	ret = snap_begin(s, node, node, e);
 	if (ret)
 		return ret;
 	s->to = snap_lookup(overlay, overlay, e);
@@ -320,28 +322,29 @@ static void snap_commit(void *state)
 	(void)state; /* prepare did it all */
 }
 
-static void snap_abort(void *state)
+/* Run fn on the state inside a control section (it drains, flushes and
+ * closes). The section's loop exists once prepare ran, so entering cannot
+ * fail then. */
+static void snap_in_ctl(void (*fn)(struct snap *s), void *state, const char *what)
 {
 	struct loop *prev;
 
 	if (blk_ctl_enter(&prev)) {
-		log_err("snapshot abort: out of memory");
+		log_err("snapshot %s: out of memory", what);
 		return;
 	}
-	snap_undo(state);
+	fn(state);
 	blk_ctl_leave(prev);
+}
+
+static void snap_abort(void *state)
+{
+	snap_in_ctl(snap_undo, state, "abort");
 }
 
 static void snap_clean(void *state)
 {
-	struct loop *prev;
-
-	if (blk_ctl_enter(&prev)) {
-		log_err("snapshot clean: out of memory");
-		return;
-	}
-	snap_clean_state(state);
-	blk_ctl_leave(prev);
+	snap_in_ctl(snap_clean_state, state, "clean");
 }
 
 static const struct qmp_txn_ops sync_ops = {.type = "blockdev-snapshot-sync",
