@@ -374,7 +374,13 @@ void blk_drain_retarget(struct blk_node *from, struct blk_node *to)
 	for (unsigned idx = 0; idx < LOOP_MAX_THREADS; idx++) {
 		struct loop *l = atomic_load(&from->loops[idx]);
 
-		if (!l || l == self || l == ctl || l == outer) /* this thread's: below */
+		if (!l)
+			continue;
+		/* The requests it holds are to's now: a later drain or retarget
+		 * of `to` must ask that loop too. */
+		if (atomic_load(&to->loops[idx]) != l)
+			atomic_store(&to->loops[idx], l);
+		if (l == self || l == ctl || l == outer) /* this thread's: below */
 			continue;
 		r->slot[idx] = (struct retarget_slot){.msg.cb = retarget_cb, .r = r};
 		r->pending++;

@@ -2,7 +2,8 @@
 """Live external snapshots under write load, clients connected throughout:
 
 1. NBD: fio (nbd engine, 4 KiB random writes at depth 16, crc32c verify with a
-   backlog, rate-limited so that it is still writing) runs while
+   backlog, rate-limited so that it is still writing) runs while a transaction whose
+   second action fails is undone (the export stays on its node), then while
    blockdev-snapshot-sync switches the export to an overlay; fio's verify of every
    block passes (its reads go through the new chain).
 2. vhost-user-blk: `ioplane bench --vhost-user -w --verify` writes the whole disk, pass
@@ -86,6 +87,24 @@ def nbd_part(c, tmp, sock):
          '--randrepeat=1', '--output-format=json'],
         cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         stdin=subprocess.DEVNULL)
+    # Under load, a transaction whose second action fails: the first, switched
+    # already, is undone; the export stays on n and fio notices nothing.
+    for _ in range(3000):
+        if writes(c, 'n') > 64 or fio.poll() is not None:
+            break
+        time.sleep(0.01)
+    r = c.cmd('transaction', {'actions': [
+        {'type': 'blockdev-snapshot-sync', 'data': {
+            'node-name': 'n', 'snapshot-file': os.path.join(tmp, 'n-x.qcow2'),
+            'snapshot-node-name': 'n-x'}},
+        {'type': 'blockdev-snapshot-sync', 'data': {
+            'node-name': 'v', 'snapshot-file': os.path.join(tmp, 'no', 'such', 'dir.qcow2'),
+            'snapshot-node-name': 'v-x'}}]})
+    if 'error' not in r:
+        fail('a transaction with an impossible action: %r' % r)
+    exports = {e['id']: e['node-name'] for e in c.cmd('query-block-exports')['return']}
+    if exports != {'en': 'n', 'ev': 'v'}:
+        fail('after the failed transaction the exports serve %r' % exports)
     snapshot_when_writing(c, 'n', fio, os.path.join(tmp, 'n-o1.qcow2'), 'n-o1')
     out, err = fio.communicate(timeout=300)
     if fio.returncode:

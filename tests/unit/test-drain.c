@@ -395,6 +395,43 @@ static void test_replace_under_load(void **state)
 	blk_close(c);
 }
 
+/* Replaced and put back within one drain (an aborted snapshot): the
+ * requests held for the node return to it, none reaches the other one.
+ * Before retargeting recorded the threads on the new node, the way back
+ * missed them. */
+static void test_replace_and_back(void **state)
+{
+	struct blk_node *a = open_slow("driver=slow,dev=0"), *b = open_slow("driver=slow,dev=1");
+	struct blk_node *c = open_slow("driver=slow,dev=2");
+	struct rig *r = calloc(1, sizeof(*r));
+	unsigned long a0;
+	char err[128];
+
+	(void)state;
+	rig_start(r, a, b);
+	blk_ref(a, "test user");
+	for (int i = 0; i < NTHREADS; i++)
+		assert_int_equal(blk_replace_notifier_add(a, gen_replaced, &r->g[i][0]), 0);
+	assert_int_equal(blk_drain_begin(a), 0);
+	assert_int_equal(blk_drain_begin(c), 0);
+	wait_done(r, 1, done_of(r, 1), 200);
+	a0 = done_of(r, 0);
+	assert_int_equal(blk_replace_node(a, c, err, sizeof(err)), 0);
+	assert_int_equal(blk_replace_node(c, a, err, sizeof(err)), 0);
+	blk_drain_end(c);
+	blk_drain_end(a);
+	wait_done(r, 0, a0, 500);
+	assert_int_equal(atomic_load(&devs[2].started), 0);
+	assert_int_equal(blk_user_count(a), 1);
+	assert_int_equal(blk_user_count(c), 0);
+	rig_stop(r);
+	free(r);
+	blk_unref(a, "test user");
+	blk_close(a);
+	blk_close(b);
+	blk_close(c);
+}
+
 /* A drain from a control section after the thread's own loop submitted to
  * the node (an open at start-up): that loop is blocked in the callback that
  * entered and cannot acknowledge. This hung before drains skipped it. */
@@ -439,6 +476,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_drain_after_ctl_section, setup,
 						ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_replace_under_load, setup, ram_test_teardown),
+		cmocka_unit_test_setup_teardown(test_replace_and_back, setup, ram_test_teardown),
 		cmocka_unit_test_setup_teardown(test_drain_in_ctl_after_main_loop_io, setup,
 						ram_test_teardown),
 	};
