@@ -210,6 +210,7 @@ static int sync_prepare(json_t *args, struct snap *s, struct qmp_txn_err *e)
 		   *file = qapi_get_str(args, "snapshot-file");
 	const char *name = qapi_get_str(args, "snapshot-node-name");
 	const char *fmt = qapi_get_str(args, "format");
+	bool create;
 	int ret;
 
 	ret = snap_begin(s, qapi_get_str(args, "device"), node, e);
@@ -219,10 +220,16 @@ static int sync_prepare(json_t *args, struct snap *s, struct qmp_txn_err *e)
 		return snap_err(e, -EINVAL, "New overlay node-name missing%s%s", NULL, NULL);
 	if (name && blk_graph_find(name))
 		return snap_err(e, -EEXIST, "New overlay node-name already in use%s%s", NULL, NULL);
+	create = !qapi_has(args, "mode") || !strcmp(qapi_get_str(args, "mode"), "absolute-paths");
+	if (fmt && !strcmp(fmt, "raw")) /* QEMU's bdrv_img_create(), or its open's check */
+		return snap_err(e, -ENOTSUP,
+				create ? "Backing file not supported for file format '%s'%s"
+				       : "The overlay does not support backing images%.0s%s",
+				fmt, NULL);
 	if (fmt && strcmp(fmt, "qcow2"))
 		return snap_err(e, -ENOTSUP, "Format '%s' cannot be an overlay in ioplane%s", fmt,
 				NULL);
-	if (!qapi_has(args, "mode") || !strcmp(qapi_get_str(args, "mode"), "absolute-paths"))
+	if (create)
 		ret = snap_create(s, file, e);
 	if (!ret)
 		ret = snap_open(s, file, name, e);

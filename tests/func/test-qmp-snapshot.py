@@ -95,6 +95,8 @@ def script(kind, tmp):
         cmd('blockdev-snapshot-sync', {'node-name': 'base', 'snapshot-file': o1})
         cmd('blockdev-snapshot-sync', {'node-name': 'base', 'snapshot-file': o1,
                                        'snapshot-node-name': 'base'})
+        cmd('blockdev-snapshot-sync', {'node-name': 'base', 'snapshot-file': o1 + '.raw',
+                                       'snapshot-node-name': 'r', 'format': 'raw'})
         cmd('blockdev-snapshot', {'node': 'base', 'overlay': 'nope'})
         cmd('blockdev-snapshot', {'node': 'nope', 'overlay': 'base'})
         act = {'type': 'blockdev-snapshot-sync',
@@ -125,13 +127,22 @@ def script(kind, tmp):
         out.append(('nodes 2', nodes(c)))
         qemu_io(uri, 'read -P 0x11 0 1M', 'read -P 0x22 1M 1M', 'read -P 0x33 2M 1M',
                 'write -P 0x44 3M 1M')
+        # The third: an overlay made beforehand (mode existing), opened by the daemon.
+        o4 = os.path.join(d, 'o4.qcow2')
+        run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b', o2, '-F', 'qcow2', o4])
+        want_ok('blockdev-snapshot-sync', {'node-name': 'o2', 'snapshot-file': o4,
+                                           'snapshot-node-name': 'o4', 'mode': 'existing'})
+        out.append(('exports 3', export_node(c)))
+        qemu_io(uri, 'read -P 0x44 3M 1M', 'write -P 0x55 4M 1M')
         c.cmd('quit')
         dm.wait()
         ok = True
     finally:
         dm.cleanup(ok)
-    for img in (base, o1, o2):
+    for img in (base, o1, o2, o4):
         run(['qemu-img', 'check', '-q', img])
+    qemu_io(o4, 'read -P 0x44 3M 1M', 'read -P 0x55 4M 1M', 'read -P 0x11 0 1M', fmt='qcow2')
+    qemu_io(o2, 'read -P 0 4M 1M', fmt='qcow2')
     # Each write in its layer, and the chain reads every one.
     qemu_io(base, 'read -P 0x11 0 1M', 'read -P 0x22 1M 1M', 'read -P 0 2M 2M', fmt='qcow2')
     qemu_io(o1, 'read -P 0x33 2M 1M', 'read -P 0 3M 1M', fmt='qcow2')
