@@ -162,6 +162,11 @@ static int snap_open(struct snap *s, const char *path, const char *name, struct 
 	return 0;
 }
 
+static int snap_is_node(struct blk_node *bs, void *opaque)
+{
+	return bs == opaque;
+}
+
 /* Both commands: the overlay takes from's place. */
 static int snap_switch(struct snap *s, struct qmp_txn_err *e)
 {
@@ -173,6 +178,10 @@ static int snap_switch(struct snap *s, struct qmp_txn_err *e)
 	if (qcow2_backing(s->to))
 		return snap_err(e, -EEXIST, "The overlay already has a backing image%s%s", NULL,
 				NULL);
+	if (blk_walk(s->from, snap_is_node, s->to))
+		return snap_err(e, -ELOOP,
+				"Making '%s' a backing child of '%s' would create a cycle",
+				blk_node_name(s->from), blk_node_name(s->to));
 	ret = qcow2_attach_backing(s->to, s->from, msg, sizeof(msg));
 	if (ret)
 		return snap_err(e, ret, "%s%s", msg, NULL);

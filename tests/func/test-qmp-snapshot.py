@@ -122,6 +122,11 @@ def script(kind, tmp):
         want_ok('blockdev-add', {'driver': 'qcow2', 'node-name': 'o3',
                                  'file': {'driver': 'file', 'filename': o3}})
         cmd('blockdev-snapshot', {'node': 'o1', 'overlay': 'o3'})
+        o5 = os.path.join(d, 'o5.qcow2')
+        run(['qemu-img', 'create', '-q', '-f', 'qcow2', o5, '64M'])
+        want_ok('blockdev-add', {'driver': 'qcow2', 'node-name': 'o5',
+                                 'file': {'driver': 'file', 'filename': o5}})
+        cmd('blockdev-snapshot', {'node': 'o5', 'overlay': 'o5'})  # a cycle
         want_ok('blockdev-snapshot', {'node': 'o1', 'overlay': 'o2'})
         out.append(('exports 2', export_node(c)))
         out.append(('nodes 2', nodes(c)))
