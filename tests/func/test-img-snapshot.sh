@@ -30,14 +30,16 @@ same_list s.qcow2
 same_list -q s.qcow2
 
 # Held by another process: -U, as qemu-img.
-qemu-io -c 'sleep 60000' s.qcow2 >/dev/null 2>&1 &
+timeout 60 qemu-io -c 'sleep 60000' s.qcow2 >qemu-io.log 2>&1 &
 holder=$!
-for ((i = 0; i < 100; i++)); do
-	qemu-img info s.qcow2 >/dev/null 2>&1 || break
+locked=0
+for ((i = 0; i < 600; i++)); do
+	qemu-img info s.qcow2 >/dev/null 2>&1 || { locked=1; break; }
 	sleep 0.05
 done
-same_list -U s.qcow2
+[ $locked = 1 ] || { cat qemu-io.log >&2; fail "qemu-io did not lock the image within 30 s"; }
 img_status 1 snapshot -l s.qcow2
+same_list -U s.qcow2
 kill "$holder"
 wait "$holder" 2>/dev/null || true
 wait_unlocked s.qcow2
