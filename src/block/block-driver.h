@@ -38,6 +38,10 @@ struct blk_driver {
 	 * finished request (FUA flush). */
 	int (*submit)(struct blk_node *bs, struct blk_request *req);
 	int (*truncate)(struct blk_node *bs, uint64_t size); /* synchronous, main thread */
+	/* The node becomes read-only (true: write back what the driver holds,
+	 * as at close, while it may still write) or writable again (false).
+	 * Synchronous, main thread, no request in flight. NULL: nothing to do. */
+	int (*set_read_only)(struct blk_node *bs, bool ro);
 	/* Release per-thread state for a loop that is going away (the core
 	 * calls it on every node of the graph). */
 	void (*detach_loop)(struct blk_node *bs, struct loop *loop);

@@ -50,10 +50,18 @@ int blk_graph_register(struct blk_node *bs);
 void blk_graph_unregister(struct blk_node *bs);
 /* The control loop of blk_ctl_enter() (NULL: none made yet). */
 struct loop *blk_ctl_loop(void);
+/* Inside blk_ctl_enter(): the loop of this same thread it left (the main
+ * loop, blocked in the callback that entered: it cannot answer a message
+ * now); otherwise NULL. */
+struct loop *blk_ctl_outer(void);
 
 /* drain.c: blk_submit() found the node drained: hold the request until
  * the drain ends (0), or submit it if the drain ended meanwhile. */
 int blk_drain_hold(struct blk_node *bs, struct blk_request *req);
+/* drain.c: requests of any thread held for from (by a drain) resume on to
+ * (blk_replace_node, with every user moved to `to` already). Main thread;
+ * waits for every thread that ever submitted to from. */
+void blk_drain_retarget(struct blk_node *from, struct blk_node *to);
 
 /* perm.c: recompute and apply the permissions of the stack below root bs
  * from its users' (after a child was added or opened). Same results as

@@ -223,8 +223,9 @@ struct blk_node {
 	struct blk_node *graph_prev, *graph_next;
 	unsigned refcnt, nparents;
 	bool monitor_owned;
-	void *users;            /* struct blk_users (graph.c) */
-	void *resize_notifiers; /* struct blk_resize_notifier list (graph.c) */
+	void *users;             /* struct blk_users (graph.c) */
+	void *resize_notifiers;  /* struct blk_notifier list (graph.c) */
+	void *replace_notifiers; /* struct blk_notifier list (graph.c) */
 	/* The loop of each thread that ever submitted to this node (so that a
 	 * drain knows whom to ask): set by that thread, read by the main
 	 * thread (seq_cst, paired with quiesce), cleared by blk_detach_loop. */

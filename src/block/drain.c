@@ -227,6 +227,10 @@ static int drain_collect(struct drain *d, struct blk_node *bs)
 static unsigned drain_send(struct drain *d, void (*cb)(struct loop_msg *m), bool skip_self)
 {
 	struct loop *self = loop_current(), *ctl = blk_ctl_loop();
+	/* The loop a control callback blocks (blk_ctl_outer) cannot answer;
+	 * it submits nothing meanwhile, and what it submitted before (an open
+	 * at start-up) has finished. It still gets the resume message. */
+	struct loop *outer = skip_self ? blk_ctl_outer() : NULL;
 	bool seen[LOOP_MAX_THREADS] = {false};
 	unsigned sent = 0;
 
@@ -234,7 +238,7 @@ static unsigned drain_send(struct drain *d, void (*cb)(struct loop_msg *m), bool
 		for (unsigned idx = 0; idx < LOOP_MAX_THREADS; idx++) {
 			struct loop *l = atomic_load(&d->nodes[i]->loops[idx]);
 
-			if (!l || seen[idx] || l == self || l == ctl)
+			if (!l || seen[idx] || l == self || l == ctl || l == outer)
 				continue;
 			seen[idx] = true;
 			d->slot[idx] = (struct drain_slot){
@@ -316,4 +320,76 @@ void blk_drain_end(struct blk_node *bs)
 bool blk_drained(const struct blk_node *bs)
 {
 	return atomic_load(&bs->quiesce) != 0;
+}
+
+/* ---- retargeting held requests (blk_replace_node) ------------------------ */
+
+struct retarget {
+	struct blk_node *from, *to;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned pending; /* protected by lock */
+	struct retarget_slot {
+		struct loop_msg msg;
+		struct retarget *r;
+	} slot[LOOP_MAX_THREADS];
+};
+
+/* This thread's held requests for from go to `to` when they resume. */
+static void retarget_held(struct blk_node *from, struct blk_node *to)
+{
+	for (struct blk_request *req = held_head; req; req = req->core.track_next)
+		if (req->core.node == from)
+			req->core.node = to;
+}
+
+static void retarget_cb(struct loop_msg *m)
+{
+	struct retarget_slot *s = container_of(m, struct retarget_slot, msg);
+	struct retarget *r = s->r;
+
+	retarget_held(r->from, r->to);
+	pthread_mutex_lock(&r->lock);
+	if (--r->pending == 0)
+		pthread_cond_signal(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* Only threads that ever submitted to from can hold requests for it
+ * (blk_drain_hold() records them in from->loops first). The callers made
+ * every user submit to `to` before this: a thread reads the new node once
+ * it has run our message, so nothing is held for from afterwards. */
+void blk_drain_retarget(struct blk_node *from, struct blk_node *to)
+{
+	static struct retarget rt; /* main thread, one at a time */
+	struct retarget *r = &rt;
+	struct loop *self = loop_current(), *ctl = blk_ctl_loop(), *outer = blk_ctl_outer();
+
+	memset(r, 0, sizeof(*r));
+	r->from = from;
+	r->to = to;
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	pthread_mutex_lock(&r->lock);
+	for (unsigned idx = 0; idx < LOOP_MAX_THREADS; idx++) {
+		struct loop *l = atomic_load(&from->loops[idx]);
+
+		if (!l)
+			continue;
+		/* The requests it holds are to's now: a later drain or retarget
+		 * of `to` must ask that loop too. */
+		if (atomic_load(&to->loops[idx]) != l)
+			atomic_store(&to->loops[idx], l);
+		if (l == self || l == ctl || l == outer) /* this thread's: below */
+			continue;
+		r->slot[idx] = (struct retarget_slot){.msg.cb = retarget_cb, .r = r};
+		r->pending++;
+		loop_send(l, &r->slot[idx].msg);
+	}
+	while (r->pending)
+		pthread_cond_wait(&r->cond, &r->lock);
+	pthread_mutex_unlock(&r->lock);
+	retarget_held(from, to); /* the caller's own thread */
+	pthread_mutex_destroy(&r->lock);
+	pthread_cond_destroy(&r->cond);
 }

@@ -29,11 +29,62 @@ struct blk_users {
 	unsigned n;
 };
 
-struct blk_resize_notifier {
-	struct blk_resize_notifier *next;
-	void (*cb)(struct blk_node *bs, void *opaque);
+/* A resize or replace notifier, on a list of the node (bs->resize_notifiers,
+ * bs->replace_notifiers). */
+struct blk_notifier {
+	struct blk_notifier *next;
+	union {
+		void (*resize)(struct blk_node *bs, void *opaque);
+		blk_replace_fn replace;
+	} cb;
 	void *opaque;
 };
+
+static void notifiers_free(void **list)
+{
+	struct blk_notifier *n, *next;
+
+	for (n = *list; n; n = next) {
+		next = n->next;
+		free(n);
+	}
+	*list = NULL;
+}
+
+/* Append n (a list itself) to *list. */
+static void notifiers_append(void **list, struct blk_notifier *n)
+{
+	struct blk_notifier **p;
+
+	for (p = (struct blk_notifier **)list; *p; p = &(*p)->next)
+		;
+	*p = n;
+}
+
+static int notifier_add(void **list, struct blk_notifier n)
+{
+	struct blk_notifier *c = malloc(sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	*c = n;
+	c->next = NULL;
+	notifiers_append(list, c);
+	return 0;
+}
+
+/* Remove the first entry with the same callback and opaque. */
+static void notifier_del(void **list, struct blk_notifier key)
+{
+	struct blk_notifier **p, *n;
+
+	for (p = (struct blk_notifier **)list; (n = *p); p = &n->next)
+		if (!memcmp(&n->cb, &key.cb, sizeof(key.cb)) && n->opaque == key.opaque) {
+			*p = n->next;
+			free(n);
+			return;
+		}
+}
 
 /* ---- registry -------------------------------------------------------------- */
 
@@ -148,7 +199,6 @@ int blk_graph_register(struct blk_node *bs)
 
 void blk_graph_unregister(struct blk_node *bs)
 {
-	struct blk_resize_notifier *n, *next;
 	struct blk_users *u = bs->users;
 
 	if (bs->graph_prev)
@@ -160,11 +210,8 @@ void blk_graph_unregister(struct blk_node *bs)
 	else if (graph_tail == bs)
 		graph_tail = bs->graph_prev;
 	bs->graph_prev = bs->graph_next = NULL;
-	for (n = bs->resize_notifiers; n; n = next) {
-		next = n->next;
-		free(n);
-	}
-	bs->resize_notifiers = NULL;
+	notifiers_free(&bs->resize_notifiers);
+	notifiers_free(&bs->replace_notifiers);
 	for (unsigned i = 0; u && i < u->n; i++)
 		free(u->v[i].desc);
 	if (u)
@@ -307,44 +354,219 @@ bool blk_in_use(const struct blk_node *bs, char *why, size_t whylen)
 	return true;
 }
 
+/* ---- replacing a node ------------------------------------------------------ */
+
+int blk_replace_notifier_add(struct blk_node *bs, blk_replace_fn cb, void *opaque)
+{
+	return notifier_add(&bs->replace_notifiers,
+			    (struct blk_notifier){.cb.replace = cb, .opaque = opaque});
+}
+
+void blk_replace_notifier_del(struct blk_node *bs, blk_replace_fn cb, void *opaque)
+{
+	notifier_del(&bs->replace_notifiers,
+		     (struct blk_notifier){.cb.replace = cb, .opaque = opaque});
+}
+
+static int subtree_has(struct blk_node *bs, void *opaque)
+{
+	return bs == opaque;
+}
+
+#define REPLACE_MAX_PARENTS (BLK_MAX_CHILDREN * 4)
+
+/* What blk_replace_node() changes before it knows the permissions allow it,
+ * to be put back otherwise. */
+struct replace {
+	struct blk_node *from, *to;
+	struct blk_node *parents[REPLACE_MAX_PARENTS]; /* moving to `to` */
+	unsigned nparents;
+	unsigned links; /* parent links moved */
+	uint32_t to_perm, to_shared, from_perm, from_shared;
+};
+
+/* Point every moving parent's links to from at dst instead (src: from or
+ * to, the other way round when undoing). */
+static void replace_links(struct replace *r, struct blk_node *src, struct blk_node *dst)
+{
+	for (unsigned i = 0; i < r->nparents; i++) {
+		struct blk_node *p = r->parents[i];
+
+		for (unsigned c = 0; c < p->nchildren; c++) {
+			if (p->children[c].node != src)
+				continue;
+			p->children[c].node = dst;
+			r->links += src == r->from ? 1 : 0;
+			src->nparents--;
+			dst->nparents++;
+		}
+		if (p->next == src)
+			p->next = dst;
+	}
+}
+
+static int replace_collect(struct replace *r, char *err, size_t errlen)
+{
+	struct blk_node *p[REPLACE_MAX_PARENTS];
+	unsigned n = blk_parents(r->from, p, REPLACE_MAX_PARENTS);
+
+	if (n > REPLACE_MAX_PARENTS) {
+		snprintf(err, errlen, "node '%s' has too many parents", blk_node_name(r->from));
+		return -E2BIG;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		bool dup = false;
+
+		for (unsigned j = 0; j < r->nparents; j++)
+			dup |= r->parents[j] == p[i];
+		/* to's own links (its backing link to from), and those of nodes
+		 * under it, stay: moving them would make a loop. */
+		if (!dup && !blk_walk(r->to, subtree_has, p[i]))
+			r->parents[r->nparents++] = p[i];
+	}
+	return 0;
+}
+
+/* Move the users' permissions and the parents' links, then ask every
+ * locking node; undo both when it says no. */
+static int replace_perms(struct replace *r, char *err, size_t errlen)
+{
+	struct blk_node *from = r->from, *to = r->to;
+	int ret;
+
+	if (to->read_only && (from->user_perm & (BLK_PERM_WRITE | BLK_PERM_RESIZE))) {
+		snprintf(err, errlen, "Node '%s' is read only", blk_node_name(to));
+		return -EPERM;
+	}
+	r->to_perm = to->user_perm;
+	r->to_shared = to->user_shared;
+	r->from_perm = from->user_perm;
+	r->from_shared = from->user_shared;
+	to->user_perm |= from->user_perm;
+	to->user_shared &= from->user_shared;
+	from->user_perm = 0;
+	from->user_shared = BLK_PERM_ALL;
+	replace_links(r, from, to);
+	ret = blk_perm_refresh(from, err, errlen);
+	if (!ret)
+		return 0;
+	replace_links(r, to, from);
+	to->user_perm = r->to_perm;
+	to->user_shared = r->to_shared;
+	from->user_perm = r->from_perm;
+	from->user_shared = r->from_shared;
+	blk_perm_refresh(from, NULL, 0); /* back to what was held: cannot conflict */
+	return -EPERM;
+}
+
+/* The references of the users and of the moved parents follow them; from
+ * keeps its others (the overlay's, the monitor's). */
+static void replace_refs(struct replace *r)
+{
+	struct blk_users *u = r->from->users;
+	unsigned users = 0;
+
+	for (unsigned i = 0; u && i < u->n; i++) {
+		for (unsigned k = 0; k < u->v[i].count; k++)
+			blk_ref(r->to, u->v[i].desc);
+		users += u->v[i].count;
+		free(u->v[i].desc);
+	}
+	if (u)
+		u->n = 0;
+	r->to->refcnt += r->links;
+	assert(r->from->refcnt > users + r->links);
+	r->from->refcnt -= users + r->links;
+}
+
+int blk_replace_node(struct blk_node *from, struct blk_node *to, char *err, size_t errlen)
+{
+	struct replace *r;
+	struct blk_notifier *n, *next;
+	int ret;
+
+	if (from == to || from->size != to->size) {
+		snprintf(err, errlen, "Node '%s' cannot take the place of node '%s'",
+			 blk_node_name(to), blk_node_name(from));
+		return -EINVAL;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	r->from = from;
+	r->to = to;
+	ret = replace_collect(r, err, errlen);
+	if (!ret)
+		ret = replace_perms(r, err, errlen);
+	if (ret) {
+		free(r);
+		return ret;
+	}
+	replace_refs(r);
+	free(r);
+	notifiers_append(&to->resize_notifiers, from->resize_notifiers);
+	from->resize_notifiers = NULL;
+	for (n = from->replace_notifiers, from->replace_notifiers = NULL; n; n = next) {
+		next = n->next;
+		n->next = NULL;
+		n->cb.replace(from, to, n->opaque);
+		notifiers_append(&to->replace_notifiers, n);
+	}
+	blk_drain_retarget(from, to);
+	return 0;
+}
+
+static void node_set_ro(struct blk_node *bs, bool ro)
+{
+	bs->read_only = ro;
+	bs->write_slow = ro || bs->detect_zeroes;
+}
+
+int blk_set_backing_read_only(struct blk_node *bs, bool ro, char *err, size_t errlen)
+{
+	int ret = ro && bs->drv->set_read_only ? bs->drv->set_read_only(bs, true) : 0;
+
+	if (ret) {
+		snprintf(err, errlen, "Could not make node '%s' read-only: %s", blk_node_name(bs),
+			 strerror(-ret));
+		return ret;
+	}
+	node_set_ro(bs, ro);
+	if (bs->next && bs->next->nparents == 1)
+		node_set_ro(bs->next, ro);
+	/* Fewer permissions cannot conflict; more are those it held before. */
+	blk_perm_refresh(bs, NULL, 0);
+	if (!ro && bs->drv->set_read_only)
+		bs->drv->set_read_only(bs, false);
+	return 0;
+}
+
 /* ---- resize ---------------------------------------------------------------- */
 
 int blk_resize_notifier_add(struct blk_node *bs, void (*cb)(struct blk_node *bs, void *opaque),
 			    void *opaque)
 {
-	struct blk_resize_notifier *n = calloc(1, sizeof(*n)), **p;
-
-	if (!n)
-		return -ENOMEM;
-	n->cb = cb;
-	n->opaque = opaque;
-	for (p = (struct blk_resize_notifier **)&bs->resize_notifiers; *p; p = &(*p)->next)
-		;
-	*p = n;
-	return 0;
+	return notifier_add(&bs->resize_notifiers,
+			    (struct blk_notifier){.cb.resize = cb, .opaque = opaque});
 }
 
 void blk_resize_notifier_del(struct blk_node *bs, void (*cb)(struct blk_node *bs, void *opaque),
 			     void *opaque)
 {
-	struct blk_resize_notifier **p, *n;
-
-	for (p = (struct blk_resize_notifier **)&bs->resize_notifiers; (n = *p); p = &n->next)
-		if (n->cb == cb && n->opaque == opaque) {
-			*p = n->next;
-			free(n);
-			return;
-		}
+	notifier_del(&bs->resize_notifiers,
+		     (struct blk_notifier){.cb.resize = cb, .opaque = opaque});
 }
 
 static void resize_notify(struct blk_node *bs)
 {
-	struct blk_resize_notifier *n, *next;
+	struct blk_notifier *n, *next;
 
 	/* A callback may remove itself. */
 	for (n = bs->resize_notifiers; n; n = next) {
 		next = n->next;
-		n->cb(bs, n->opaque);
+		n->cb.resize(bs, n->opaque);
 	}
 }
 
@@ -433,7 +655,8 @@ void blk_report_corrupt(struct blk_node *bs, const char *msg, bool fatal)
 
 /* ---- the control loop ------------------------------------------------------- */
 
-static struct loop *ctl_loop; /* main thread */
+static struct loop *ctl_loop;  /* main thread */
+static struct loop *ctl_outer; /* main thread: the loop blk_ctl_enter() left */
 
 int blk_ctl_enter(struct loop **prev)
 {
@@ -442,6 +665,8 @@ int blk_ctl_enter(struct loop **prev)
 	if (!ctl_loop && loop_new(&o, &ctl_loop))
 		return -ENOMEM;
 	*prev = loop_current();
+	if (*prev != ctl_loop)
+		ctl_outer = *prev;
 	loop_bind_current(ctl_loop);
 	return 0;
 }
@@ -451,9 +676,16 @@ struct loop *blk_ctl_loop(void)
 	return ctl_loop;
 }
 
+struct loop *blk_ctl_outer(void)
+{
+	return ctl_loop && loop_current() == ctl_loop ? ctl_outer : NULL;
+}
+
 void blk_ctl_leave(struct loop *prev)
 {
 	loop_bind_current(prev);
+	if (prev != ctl_loop)
+		ctl_outer = NULL;
 }
 
 void blk_ctl_free(void)

@@ -77,6 +77,42 @@ void blk_drain_end(struct blk_node *bs);
 /* Is bs drained (by any drain)? */
 bool blk_drained(const struct blk_node *bs);
 
+/* ---- replacing a node ------------------------------------------------------ */
+
+/* A user other than a parent that holds a node by pointer (an export, a
+ * job) says how it follows a replacement: cb runs on the main thread inside
+ * blk_replace_node(), both nodes drained, and makes the user submit to `to`
+ * from now on (its reference has moved already). The notifier moves to `to`
+ * with the user. -ENOMEM; _del removes the first entry with cb and opaque. */
+typedef void (*blk_replace_fn)(struct blk_node *from, struct blk_node *to, void *opaque);
+int blk_replace_notifier_add(struct blk_node *bs, blk_replace_fn cb, void *opaque);
+void blk_replace_notifier_del(struct blk_node *bs, blk_replace_fn cb, void *opaque);
+
+/* Put `to` in the place of `from` for everyone who uses it, as QEMU's
+ * bdrv_replace_node(): every parent link to from (but those of `to` and the
+ * nodes under it, such as to's backing link to from: a snapshot overlay),
+ * every other user (references, replace and resize notifiers, the
+ * permissions it holds: user_perm/user_shared), and the requests users
+ * submitted to from that a drain holds, which resume on `to`. from keeps
+ * its monitor ownership and what its remaining parents need of it: as a
+ * backing file, consistent read only, so its image lock stops keeping
+ * other readers out. External snapshots, and a job's switch-over (mirror,
+ * commit), use it.
+ *
+ * The caller drains from and to (so nothing is in flight) and keeps them
+ * drained until this returns; their sizes must be equal. All or nothing:
+ * -EINVAL (not the same size, or the same node), -EPERM (a lock or a
+ * permission conflict), -ENOMEM, with a message, and then nothing moved. */
+int blk_replace_node(struct blk_node *from, struct blk_node *to, char *err, size_t errlen);
+
+/* The old top of an external snapshot becomes, as in QEMU, a read-only
+ * backing file (ro: true), with its `file` child: it then holds no write
+ * lock, so other processes may read it. false undoes it (an aborted
+ * snapshot). The driver writes back what it holds first (qcow2: caches,
+ * dropped references, the dirty bit), as at close. Main thread, bs drained
+ * and written by nobody. 0, or -errno (nothing changed) with a message. */
+int blk_set_backing_read_only(struct blk_node *bs, bool ro, char *err, size_t errlen);
+
 /* ---- resize ---------------------------------------------------------------- */
 
 /* cb runs on the main thread after every successful blk_resize() of bs.

@@ -14,6 +14,7 @@ int cmd_img_create(int argc, char **argv);
 int cmd_img_info(int argc, char **argv);
 int cmd_img_check(int argc, char **argv);
 int cmd_img_map(int argc, char **argv);
+int cmd_img_snapshot(int argc, char **argv);
 int cmd_img_convert(int argc, char **argv);
 int cmd_img_compare(int argc, char **argv);
 int cmd_img_resize(int argc, char **argv);

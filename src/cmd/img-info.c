@@ -72,7 +72,7 @@ static void info_layer_free(struct info_layer *l)
 
 /* ---- human ---- */
 
-static void info_human_snapshots(const struct qcow2_info *q)
+void img_print_snapshots(const struct qcow2_info *q)
 {
 	char size[32], date[32], clk[48], icount[32];
 	unsigned i;
@@ -170,7 +170,7 @@ static void info_human(const struct info_layer *l)
 			printf("backing file format: %s\n", l->q.backing_format);
 	}
 	if (l->q.nb_snapshots)
-		info_human_snapshots(&l->q);
+		img_print_snapshots(&l->q);
 	info_human_specific(l);
 }
 

@@ -61,6 +61,10 @@ int img_open(const char *path, const struct img_open_opts *o, struct blk_node **
  * unsafe) If not, says so; `source`: for -T ("Invalid source cache option"). */
 int img_check_cache(const char *cache, bool source);
 
+/* The "Snapshot list:" table of qemu-img info and snapshot -l (img-info.c). */
+struct qcow2_info;
+void img_print_snapshots(const struct qcow2_info *q);
+
 /* Create an image (img-create.c): raw or qcow2, with qemu-img create's -o
  * options (o may be NULL); prints "Formatting ..." unless quiet. */
 struct kv_opts;

@@ -251,10 +251,20 @@ static void describe_commands(struct walk *w)
 	size_t i;
 
 	for (i = 0; (c = qmp_command_at(i)); i++) {
+		json_t *info;
+
 		snprintf(arg, sizeof(arg), "%s", type_name(w, c->args ? c->args : &qapi_empty));
-		emit(w, json_pack("{s:s,s:s,s:s,s:s}", "name", c->name, "meta-type", "command",
-				  "arg-type", arg, "ret-type",
-				  type_name(w, c->ret ? c->ret : &qapi_empty)));
+		info = json_pack("{s:s,s:s,s:s,s:s}", "name", c->name, "meta-type", "command",
+				 "arg-type", arg, "ret-type",
+				 type_name(w, c->ret ? c->ret : &qapi_empty));
+		if (info && c->features) {
+			json_t *f = json_array();
+
+			for (const char *const *p = c->features; *p; p++)
+				json_array_append_new(f, json_string(*p));
+			json_object_set_new(info, "features", f);
+		}
+		emit(w, info);
 	}
 	for (i = 0; (e = qmp_event_at(i)); i++)
 		emit(w, json_pack("{s:s,s:s,s:s}", "name", e->name, "meta-type", "event",

@@ -13,6 +13,8 @@
 #include "block/graph.h"
 #include "control/qmp-bitmap.h"
 #include "control/qmp-block.h"
+#include "control/qmp-snapshot.h"
+#include "control/qmp-transaction.h"
 #include "control/qmp.h"
 #include "util/opts.h"
 
@@ -486,6 +488,10 @@ int qmp_block_register(void)
 		ret = qmp_block_query_register();
 	if (!ret)
 		ret = qmp_bitmap_register();
+	if (!ret)
+		ret = qmp_txn_register_command();
+	if (!ret)
+		ret = qmp_snapshot_register();
 	done = ret == 0;
 	return ret;
 }

@@ -402,11 +402,31 @@ static void user_name(const struct qexp *x, char *buf, size_t len)
 	snprintf(buf, len, "block export '%s'", x->id);
 }
 
+/* The node was replaced (a snapshot, a job's switch-over): the export
+ * serves the new one, by its node-name, as QEMU's BlockBackend moves. */
+static void qexp_replaced(struct blk_node *from, struct blk_node *to, void *opaque)
+{
+	struct qexp *x = opaque;
+	char *name = strdup(blk_node_name(to));
+
+	(void)from;
+	x->bs = to;
+	if (name) {
+		free(x->node);
+		x->node = name;
+	}
+	if (x->nexp)
+		nbd_export_set_node(x->nexp, to);
+	if (x->vub)
+		vub_export_set_node(x->vub, to);
+}
+
 static void qexp_free(struct qexp *x)
 {
 	char user[160];
 
 	if (x->bs) {
+		blk_replace_notifier_del(x->bs, qexp_replaced, x);
 		user_name(x, user, sizeof(user));
 		blk_unref(x->bs, user);
 	}
@@ -439,6 +459,11 @@ static int qexp_build(const json_t *args, struct qexp *x, const struct qmp_expor
 	if (ret == 0) {
 		char user[160];
 
+		ret = blk_replace_notifier_add(bs, qexp_replaced, x);
+		if (ret) {
+			snprintf(err, errlen, "out of memory");
+			return ret;
+		}
 		user_name(x, user, sizeof(user));
 		blk_ref(bs, user);
 		x->bs = bs;

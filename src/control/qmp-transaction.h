@@ -39,4 +39,8 @@ int qmp_txn_register(const struct qmp_txn_ops *ops);
  * clean. 0, or -errno with err filled in (nothing changed). */
 int qmp_txn_run_one(const struct qmp_txn_ops *ops, json_t *data, struct qmp_txn_err *err);
 
+/* Add the `transaction` command (once, with the other commands). 0 or
+ * -errno. */
+int qmp_txn_register_command(void);
+
 #endif

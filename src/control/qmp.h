@@ -34,6 +34,9 @@ struct qmp_command {
 	const struct qapi_type *ret;  /* what it returns (query-qmp-schema); NULL: {} */
 	qmp_handler_fn fn;
 	unsigned flags;
+	/* QAPI features the command declares (query-qmp-schema), NULL-ended;
+	 * NULL: none. */
+	const char *const *features;
 };
 
 /* The one command allowed before capabilities negotiation (qmp_capabilities). */

@@ -94,7 +94,7 @@ static void read_start(struct nbd_req *r)
 		return;
 	}
 	if ((c->structured || c->extended) && r->len >= NBD_SPARSE_READ_MIN &&
-	    c->exp->bs->has_block_status) {
+	    nbd_export_node(c->exp)->has_block_status) {
 		r->stage = READ_SCAN;
 		if (nbd_req_scan_next(r) == 0)
 			return;

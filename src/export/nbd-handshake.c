@@ -124,7 +124,7 @@ static int opt_export_name(struct nbd_conn *c, const uint8_t *data, uint32_t len
 		nbd_export_put(e);
 		return -ENOMEM;
 	}
-	nbd_put64(r, blk_size(e->bs));
+	nbd_put64(r, blk_size(nbd_export_node(e)));
 	nbd_put16(r + 8, c->tflags);
 	nbd_conn_kick(c);
 	return nbd_conn_hbuf_append(c, r, c->no_zeroes ? 10 : sizeof(r));
@@ -186,7 +186,7 @@ static int info_block_size(struct nbd_conn *c, uint32_t opt, struct nbd_export *
 	uint32_t pref = 4096;
 	uint8_t b[12];
 
-	while (pref < e->bs->align && pref < (1u << 16))
+	while (pref < nbd_export_node(e)->align && pref < (1u << 16))
 		pref <<= 1;
 	nbd_put32(b, 1);
 	nbd_put32(b + 4, pref);
@@ -203,7 +203,7 @@ static int info_replies(struct nbd_conn *c, uint32_t opt, struct nbd_export *e, 
 	uint8_t x[10];
 	int ret;
 
-	nbd_put64(x, blk_size(e->bs));
+	nbd_put64(x, blk_size(nbd_export_node(e)));
 	nbd_put16(x + 8, nbd_export_tflags(e, c->structured || c->extended));
 	ret = info_reply(c, opt, NBD_INFO_EXPORT, x, sizeof(x));
 	if (!ret && (want & WANT_NAME))

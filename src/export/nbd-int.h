@@ -59,6 +59,8 @@ struct nbd_export {
 	struct nbd_export *next; /* protected by srv->exports_lock */
 	char *name;
 	char *description; /* NULL: none */
+	/* Written by the main thread when the node is replaced (under a drain),
+	 * read by the connections' threads (nbd_export_node()). */
 	struct blk_node *bs;
 	bool writable;
 	enum nbd_detect_zeroes detect_zeroes;
@@ -75,6 +77,12 @@ struct nbd_export {
 	void (*gone_cb)(void *opaque); /* main thread: set when it is removed */
 	void *gone_opaque;
 };
+
+/* The export's node, on a connection's thread. */
+static inline struct blk_node *nbd_export_node(const struct nbd_export *e)
+{
+	return __atomic_load_n(&e->bs, __ATOMIC_RELAXED);
+}
 
 struct nbd_conn;
 

@@ -186,7 +186,7 @@ uint16_t nbd_export_tflags(const struct nbd_export *e, bool structured)
 		f |= NBD_FLAG_SEND_DF;
 	/* Safe when nobody writes, or when a flush on one connection covers the
 	 * writes of all (blk_can_multi_conn). */
-	if (!e->writable || blk_can_multi_conn(e->bs))
+	if (!e->writable || blk_can_multi_conn(nbd_export_node(e)))
 		f |= NBD_FLAG_CAN_MULTI_CONN;
 	return f;
 }
@@ -228,6 +228,13 @@ static struct nbd_export *export_new(struct nbd_server *s, const struct nbd_expo
 	e->gone_msg.cb = export_gone_cb;
 	atomic_init(&e->refs, 1);
 	return e;
+}
+
+void nbd_export_set_node(struct nbd_export *e, struct blk_node *bs)
+{
+	/* Read by the connections' threads, which see it by the time the
+	 * drain that covers the change lets them submit again. */
+	__atomic_store_n(&e->bs, bs, __ATOMIC_RELEASE);
 }
 
 int nbd_server_export_add(struct nbd_server *s, const struct nbd_export_config *ec,

@@ -93,6 +93,10 @@ int nbd_server_add_export(struct nbd_server *s, const struct nbd_export_config *
 /* A loop (an iothread that no export uses any more) is going away: forget
  * it. Main thread, or the loop's own thread while the main thread waits. */
 void nbd_server_forget_loop(struct nbd_server *s, struct loop *loop);
+/* The node was replaced (blk_replace_node, main thread, both nodes
+ * drained): requests go to bs from now on. Same size; the connections'
+ * negotiated properties stay. */
+void nbd_export_set_node(struct nbd_export *e, struct blk_node *bs);
 /* Connections that use the export or negotiate with it now. */
 unsigned nbd_export_users(const struct nbd_export *e);
 /* Remove it: no client finds it any more; those using it are disconnected,

@@ -67,7 +67,7 @@ static void depth_start(struct nbd_req *r)
 {
 	r->stage = STAGE_DEPTH;
 	r->scans = 0;
-	r->dnode = r->conn->exp->bs;
+	r->dnode = nbd_export_node(r->conn->exp);
 	r->ddepth = 1;
 	if (depth_submit(r, r->len) < 0)
 		nbd_req_fail(r, NBD_EIO, "block status failed");
@@ -123,7 +123,7 @@ static void depth_done(struct nbd_req *r, int ret)
 	}
 	ext_add(e, &r->dnexts, len, r->ddepth);
 	r->ddone += len;
-	r->dnode = r->conn->exp->bs;
+	r->dnode = nbd_export_node(r->conn->exp);
 	r->ddepth = 1;
 	if (status_full(r, r->dnexts, r->ddone) || depth_submit(r, r->len - r->ddone) < 0)
 		nbd_req_finish(r);

@@ -114,7 +114,7 @@ int nbd_req_buf(struct nbd_req *r, size_t len)
 
 		free(r->buf);
 		r->buf_cap = 0;
-		r->buf = blk_alloc_buf(c->exp->bs, cap);
+		r->buf = blk_alloc_buf(nbd_export_node(c->exp), cap);
 		if (!r->buf)
 			return -ENOMEM;
 		r->buf_cap = cap;
@@ -256,7 +256,7 @@ static void req_blk_cb(struct blk_request *blk, int ret)
 
 int nbd_req_submit(struct nbd_req *r, uint8_t op, uint32_t flags, uint64_t off, uint64_t len)
 {
-	return nbd_req_submit_to(r, r->conn->exp->bs, op, flags, off, len);
+	return nbd_req_submit_to(r, nbd_export_node(r->conn->exp), op, flags, off, len);
 }
 
 int nbd_req_submit_to(struct nbd_req *r, struct blk_node *bs, uint8_t op, uint32_t flags,
@@ -315,7 +315,7 @@ static uint32_t refuse(const char **msg, const char *why, uint32_t err)
 /* Returns the NBD error for a request that must be refused, or 0. */
 static uint32_t validate(struct nbd_conn *c, struct nbd_req *r, const char **msg)
 {
-	uint64_t size = blk_size(c->exp->bs);
+	uint64_t size = blk_size(nbd_export_node(c->exp));
 	bool sr = c->structured || c->extended;
 
 	*msg = NULL;

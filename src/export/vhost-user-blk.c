@@ -491,6 +491,11 @@ static const struct vu_dev_ops vub_ops = {
 /* blk_resize() of the node (main thread, after the drain): the capacity
  * follows, and a front-end that gave a back-end channel re-reads the
  * configuration space; the guest sees the new size without a reboot. */
+void vub_export_set_node(struct vub_export *e, struct blk_node *bs)
+{
+	vblk_dev_set_node(&e->blk, bs);
+}
+
 static void vub_resized(struct blk_node *bs, void *opaque)
 {
 	struct vub_export *e = opaque;

@@ -48,6 +48,9 @@ void vub_export_stop(struct vub_export *e, void (*done)(void *opaque), void *opa
 /* After the stop's done() (or if it was never started). */
 void vub_export_free(struct vub_export *e);
 
+/* The node was replaced (blk_replace_node): the queues submit to bs. */
+void vub_export_set_node(struct vub_export *e, struct blk_node *bs);
+
 /* Tests and fuzzing: serve an already connected socket (ownership passes);
  * -EBUSY while another front-end is attached. */
 int vub_export_attach_fd(struct vub_export *e, int fd);

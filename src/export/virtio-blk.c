@@ -60,6 +60,11 @@ uint64_t vblk_dev_features(const struct vblk_dev *d)
 	return f;
 }
 
+void vblk_dev_set_node(struct vblk_dev *d, struct blk_node *bs)
+{
+	__atomic_store_n(&d->bs, bs, __ATOMIC_RELEASE);
+}
+
 void vblk_dev_resized(struct vblk_dev *d)
 {
 	__atomic_store_n(&d->sectors, d->bs->size / d->lbs * (d->lbs / VIRTIO_BLK_SECTOR),
@@ -164,7 +169,7 @@ static enum vblk_submit_result submit(struct vblk_req *r, uint8_t op, uint32_t f
 	r->breq.len = len;
 	r->breq.cb = vblk_complete;
 	r->breq.opaque = r;
-	ret = blk_submit(r->dev->bs, &r->breq);
+	ret = blk_submit(__atomic_load_n(&r->dev->bs, __ATOMIC_RELAXED), &r->breq);
 	if (ret < 0)
 		return finish(r, ret == -ENOTSUP ? VIRTIO_BLK_S_UNSUPP : VIRTIO_BLK_S_IOERR);
 	return VBLK_SUBMITTED;

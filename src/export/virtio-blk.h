@@ -95,6 +95,8 @@ struct vblk_dev_opts {
 };
 
 struct vblk_dev {
+	/* Written by the main thread when the node is replaced (under a drain),
+	 * read by the queues' threads (relaxed atomics). */
 	struct blk_node *bs;
 	/* Capacity in 512-byte sectors, a multiple of lbs: written by the main
 	 * thread on a resize, read by the queues' threads (relaxed atomics). */
@@ -112,6 +114,9 @@ uint64_t vblk_dev_features(const struct vblk_dev *d);
 void vblk_dev_config(const struct vblk_dev *d, struct virtio_blk_config *cfg);
 /* The node was resized: the capacity follows (main thread). */
 void vblk_dev_resized(struct vblk_dev *d);
+/* The node was replaced by bs of the same size (blk_replace_node, main
+ * thread, both drained): requests go there from now on. */
+void vblk_dev_set_node(struct vblk_dev *d, struct blk_node *bs);
 /* A driver write to the configuration space: only `writeback` is writable.
  * -EINVAL for anything else. */
 int vblk_dev_set_config(struct vblk_dev *d, uint32_t off, const uint8_t *buf, uint32_t len);

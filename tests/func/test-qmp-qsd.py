@@ -142,7 +142,7 @@ def check_schema(qsd, io, common):
         if [(m['name'], 'default' in m) for m in qa['members']] != \
            [(m['name'], 'default' in m) for m in ia_members]:
             fail('schema: %s arguments: qsd %r, ioplane %r' % (name, qa, ia))
-    # ioplane marks no features (deprecated, unstable): no other key may be new.
+    # ioplane marks the features qsd marks: no other key may be new.
     extra = {k for e in io for k in e} - {k for e in qsd for k in e}
     if extra:
         fail('schema: SchemaInfo keys qsd does not use: %s' % sorted(extra))

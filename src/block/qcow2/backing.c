@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "block/graph.h"
 #include "block/qcow2/qcow2-int.h"
 #include "util/compiler.h"
 #include "util/iov.h"
@@ -258,4 +259,44 @@ int qc_backing_read(struct qc_state *s, uint64_t off, uint64_t len, const struct
 	if (n < len)
 		iov_memset(iov, iovcnt, iov_off + n, 0, len - n);
 	return n ? qc_co_rw_iov(s->backing, BLK_OP_READ, off, n, iov, iovcnt, iov_off) : 0;
+}
+
+int qcow2_attach_backing(struct blk_node *bs, struct blk_node *backing, char *err, size_t errlen)
+{
+	struct qc_state *s;
+	int ret;
+
+	if (!qcow2_is(bs)) {
+		snprintf(err, errlen, "The overlay does not support backing images"); /* QEMU's */
+		return -ENOTSUP;
+	}
+	s = qc_state(bs);
+	if (s->backing || blk_child(bs, BLK_ROLE_BACKING)) {
+		snprintf(err, errlen, "The overlay already has a backing image");
+		return -EEXIST;
+	}
+	blk_ref(backing, NULL); /* the parent link takes it over */
+	ret = blk_add_child(bs, BLK_ROLE_BACKING, backing);
+	if (ret) {
+		blk_unref(backing, NULL);
+		snprintf(err, errlen, "qcow2: too many children");
+		return ret;
+	}
+	s->backing = backing;
+	s->backing_size = backing->size;
+	ret = blk_set_perm(bs, bs->user_perm, bs->user_shared, err, errlen);
+	if (ret)
+		qcow2_detach_backing(bs);
+	return ret;
+}
+
+void qcow2_detach_backing(struct blk_node *bs)
+{
+	struct qc_state *s = qc_state(bs);
+	struct blk_node *b = blk_take_child(bs, BLK_ROLE_BACKING);
+
+	s->backing = NULL;
+	s->backing_size = 0;
+	blk_set_perm(bs, bs->user_perm, bs->user_shared, NULL, 0); /* drops: cannot fail */
+	blk_unref(b, NULL);
 }

@@ -658,6 +658,19 @@ static void qcow2_close(struct blk_node *bs)
 	bs->opaque = NULL;
 }
 
+/* Becoming a read-only backing file: what close would write, now. */
+static int qcow2_set_read_only(struct blk_node *bs, bool ro)
+{
+	struct qc_state *s = bs->opaque;
+	int ret = 0;
+
+	if (ro && !s->read_only && !s->corrupt)
+		ret = qc_run_sync(qc_close_co, s);
+	if (!ret)
+		s->read_only = ro;
+	return ret;
+}
+
 /* ---- truncate (grow only) ---- */
 
 struct qc_trunc_ctx {
@@ -750,6 +763,7 @@ const struct blk_driver blk_drv_qcow2 = {
 	.close = qcow2_close,
 	.submit = qc_submit,
 	.truncate = qcow2_truncate,
+	.set_read_only = qcow2_set_read_only,
 	.detach_loop = qc_detach_loop,
 	.can_discard = qc_can_true,
 	.can_write_zeroes = qc_can_true,

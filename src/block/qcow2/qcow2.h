@@ -154,6 +154,15 @@ void qcow2_info_free(struct qcow2_info *info);
 bool qcow2_is(const struct blk_node *bs);
 /* The opened backing node (NULL: none). */
 struct blk_node *qcow2_backing(struct blk_node *bs);
+/* Give bs, opened without one (backing=none, or an image that names none),
+ * the backing node `backing` (a new reference; the image header is not
+ * changed: an external snapshot's overlay names its backing file already),
+ * and take the permissions it needs of it. Main thread, bs drained. 0, or
+ * -EEXIST (it has one), -ENOTSUP (not qcow2), -EPERM with a message. */
+int qcow2_attach_backing(struct blk_node *bs, struct blk_node *backing, char *err, size_t errlen);
+/* Undo qcow2_attach_backing(): bs reads zeroes again where it allocates
+ * nothing; the reference is dropped. Main thread, bs drained. */
+void qcow2_detach_backing(struct blk_node *bs);
 
 /* Write whole clusters compressed (convert -c). offset cluster-aligned, len
  * a multiple of the cluster size except at the end of the image; the target
