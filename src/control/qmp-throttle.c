@@ -49,7 +49,7 @@ static uint64_t *field(struct throttle_config *cfg, int b, int k)
 }
 
 /* One property of props (prefix "" in limits, "x-" on the object) into
- * cfg: 0, 1 when absent, or -EINVAL with QEMU's message. */
+ * *to: 0, 1 when absent, or -EINVAL with QEMU's message. */
 static int apply_one(const json_t *props, const char *prefix, const char *key, const char *sfx,
 		     uint64_t *to, char *err, size_t errlen)
 {
@@ -110,7 +110,7 @@ int qmp_throttle_add(const json_t *args, char *err, size_t errlen)
 
 /* ---- qom-get / qom-set --------------------------------------------------- */
 
-static json_t *limits_json(const struct throttle_config *cfg)
+static json_t *limits_json(struct throttle_config *cfg)
 {
 	json_t *o = json_object();
 	char name[64];
@@ -118,9 +118,7 @@ static json_t *limits_json(const struct throttle_config *cfg)
 	for (int b = 0; o && b < THR__COUNT; b++)
 		for (int k = 0; k < 3; k++) {
 			snprintf(name, sizeof(name), "%s%s", throttle_bucket_key(b), suffix[k]);
-			json_object_set_new(o, name,
-					    json_integer((json_int_t)*field(
-						    (struct throttle_config *)cfg, b, k)));
+			json_object_set_new(o, name, json_integer((json_int_t)*field(cfg, b, k)));
 		}
 	if (o)
 		json_object_set_new(o, "iops-size", json_integer((json_int_t)cfg->op_size));

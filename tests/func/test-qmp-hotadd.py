@@ -27,7 +27,8 @@ FIO_S = 30
 
 
 def fio_cmd(tmp, sock):
-    return ['fio', '--name=load', '--ioengine=nbd', '--uri=nbd+unix:///load?socket=' + sock,
+    return ['fio', '--name=load', '--ioengine=nbd', '--thread',
+            '--uri=nbd+unix:///load?socket=' + sock,
             '--rw=randwrite', '--bs=4k', '--size=8M', '--numjobs=2', '--offset_increment=8M',
             '--iodepth=16', '--verify=crc32c', '--verify_fatal=1', '--verify_backlog=128',
             '--time_based', '--runtime=%d' % FIO_S, '--group_reporting',

@@ -23,7 +23,8 @@ FIO_S = 6
 
 def fio(sock, name):
     return subprocess.Popen(
-        ['fio', '--name=' + name, '--ioengine=nbd',
+        # --thread: a job is a thread, so killing fio leaves no job process behind.
+        ['fio', '--name=' + name, '--ioengine=nbd', '--thread',
          '--uri=nbd+unix:///%s?socket=%s' % (name, sock), '--rw=randrw', '--bs=4k',
          '--size=16M', '--iodepth=16', '--time_based', '--runtime=%d' % FIO_S,
          '--output-format=json'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
