@@ -400,6 +400,11 @@ static const struct qmp_command bm_cmds[] = {
 	{.name = "block-dirty-bitmap-merge", .args = &bm_merge_args, .fn = cmd_merge},
 };
 
+static const struct qmp_txn_ops *const bm_txn[] = {
+	&qmp_txn_bitmap_add,    &qmp_txn_bitmap_remove,  &qmp_txn_bitmap_clear,
+	&qmp_txn_bitmap_enable, &qmp_txn_bitmap_disable, &qmp_txn_bitmap_merge,
+};
+
 int qmp_bitmap_register(void)
 {
 	static bool done;
@@ -409,6 +414,9 @@ int qmp_bitmap_register(void)
 		return 0;
 	for (size_t i = 0; i < sizeof(bm_cmds) / sizeof(bm_cmds[0]) && !ret; i++)
 		ret = qmp_register(&bm_cmds[i]);
+	/* The same ops are transaction actions. */
+	for (size_t i = 0; i < sizeof(bm_txn) / sizeof(bm_txn[0]) && !ret; i++)
+		ret = qmp_txn_register(bm_txn[i]);
 	done = ret == 0;
 	return ret;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/graph.h"
 #include "control/qmp-transaction.h"
 #include "control/qmp.h"
 #include "control/schema.h"
@@ -124,6 +125,8 @@ static void qmp_transaction(struct qmp_req *req, json_t *args)
 {
 	json_t *actions = qapi_get(args, "actions"), *props = qapi_get(args, "properties");
 	struct qmp_txn_err err = {.cls = QMP_ERR_GENERIC};
+	struct loop *prev;
+	int ret;
 
 	/* QEMU: grouped completion is for actions that start jobs (backups);
 	 * any other action refuses it, even in an otherwise empty list. */
@@ -140,7 +143,15 @@ static void qmp_transaction(struct qmp_req *req, json_t *args)
 			  TXN_MAX_ACTIONS);
 		return;
 	}
-	if (txn_run(actions, &err))
+	/* Actions drain nodes and open images: from a control section, as
+	 * their stand-alone commands do (blk_ctl_enter nests). */
+	if (blk_ctl_enter(&prev)) {
+		qmp_error(req, QMP_ERR_GENERIC, "out of memory");
+		return;
+	}
+	ret = txn_run(actions, &err);
+	blk_ctl_leave(prev);
+	if (ret)
 		qmp_error(req, err.cls ? err.cls : QMP_ERR_GENERIC, "%s", err.desc);
 	else
 		qmp_return(req, NULL);

@@ -79,6 +79,20 @@ SCRIPT2 = [
     ('block-dirty-bitmap-disable', {'node': 'q', 'name': 'b1'}),
     ('block-dirty-bitmap-disable', {'node': 'q', 'name': 'dis'}),
     ('block-dirty-bitmap-remove', {'node': 'q', 'name': 'b1'}),
+    # The same actions in transactions: all or nothing (the bitmaps after are compared).
+    ('transaction', {'actions': [
+        {'type': 'block-dirty-bitmap-add', 'data': {'node': 'q', 'name': 't1'}},
+        {'type': 'block-dirty-bitmap-clear', 'data': {'node': 'q', 'name': 'dis'}}]}),
+    ('transaction', {'actions': [
+        {'type': 'block-dirty-bitmap-add', 'data': {'node': 'q', 'name': 't2'}},
+        {'type': 'block-dirty-bitmap-add', 'data': {'node': 'q', 'name': 't2'}}]}),
+    ('transaction', {'actions': [
+        {'type': 'block-dirty-bitmap-disable', 'data': {'node': 'q', 'name': 't1'}},
+        {'type': 'block-dirty-bitmap-remove', 'data': {'node': 'q', 'name': 'nope'}}]}),
+    ('transaction', {'actions': [
+        {'type': 'block-dirty-bitmap-merge',
+         'data': {'node': 'q', 'target': 't1', 'bitmaps': ['dis']}},
+        {'type': 'block-dirty-bitmap-add', 'data': {'node': 'nope', 'name': 'x'}}]}),
 ]
 
 
