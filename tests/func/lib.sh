@@ -106,6 +106,26 @@ have_odirect() {
 	return $rc
 }
 
+# image_locked FILE [SECONDS]: whether a process holds an image lock (QEMU's bytes
+# 100-103, 200-203) on FILE, waiting up to SECONDS (default 0) for one. Only looks
+# (F_OFD_GETLK): a probe that opened the image itself, as qemu-img info does, would take
+# locks of its own and could keep the holder from starting.
+image_locked() {
+	python3 - "$1" "${2:-0}" <<'PY'
+import fcntl, os, struct, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+deadline = time.monotonic() + float(sys.argv[2])
+while True:
+    if any(struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK,
+           struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, b, 1, 0)))[0] != fcntl.F_UNLCK
+           for b in list(range(100, 104)) + list(range(200, 204))):
+        sys.exit(0)
+    if time.monotonic() >= deadline:
+        sys.exit(1)
+    time.sleep(0.05)
+PY
+}
+
 # wait_unlocked FILE: until no process holds an image lock (QEMU's bytes 100-103, 200-203)
 # on FILE, 10 s at most. A process killed with I/O in flight keeps its locks until that
 # I/O ends: its open file lives that long.

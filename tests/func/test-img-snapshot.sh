@@ -32,12 +32,7 @@ same_list -q s.qcow2
 # Held by another process: -U, as qemu-img.
 timeout 60 qemu-io -c 'sleep 60000' s.qcow2 >qemu-io.log 2>&1 &
 holder=$!
-locked=0
-for ((i = 0; i < 600; i++)); do
-	qemu-img info s.qcow2 >/dev/null 2>&1 || { locked=1; break; }
-	sleep 0.05
-done
-[ $locked = 1 ] || { cat qemu-io.log >&2; fail "qemu-io did not lock the image within 30 s"; }
+image_locked s.qcow2 30 || { cat qemu-io.log >&2; fail "qemu-io did not lock the image within 30 s"; }
 img_status 1 snapshot -l s.qcow2
 same_list -U s.qcow2
 kill "$holder"
