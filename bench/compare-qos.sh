@@ -296,7 +296,7 @@ if [[ " $rows " == *" 4 "* ]]; then
 	if [ -x "$src/bench/compare-metrics.sh" ] || [ -f "$src/bench/compare-metrics.sh" ]; then
 		echo
 		note "row 4: bench/compare-metrics.sh"
-		bash "$src/bench/compare-metrics.sh" --ioplane "$IOPLANE" $([ "$secs" -le 2 ] && echo --quick)
+		IOPLANE=$IOPLANE bash "$src/bench/compare-metrics.sh" $([ "$secs" -le 2 ] && echo --quick)
 	else
 		echo "row 4: skipped: bench/compare-metrics.sh does not exist yet"
 	fi
