@@ -1,5 +1,5 @@
 #!/bin/bash
-# Incremental backup, ioplane vs qemu-storage-daemon (issue "Must show" rows):
+# Incremental backup, ioplane vs qemu-storage-daemon, three rows:
 #   1. write cost of dirty tracking: callgrind instructions per 4 KiB write, null data
 #      node, depth 64, with one enabled bitmap against none: in the block layer (ioplane
 #      bench --x-dirty-bitmaps), and in each daemon (the whole daemon under callgrind,
@@ -11,8 +11,8 @@
 #      block-status walk of qemu:dirty-bitmap:b0 over the disk, then a read of every
 #      dirty extent) times finding and reading every dirty byte. Best of --runs.
 #      Target: ioplane <= 0.7x qsd.
-#   3. (snapshots) the longest fio stall during blockdev-snapshot-sync: measured by the
-#      snapshot work; see ROW 3 below.
+#   3. the longest fio stall during blockdev-snapshot-sync: bench/compare-snapshot-stall.sh,
+#      run last (with --quick when this run is).
 #
 #   bench/compare-backup.sh [--size SIZE] [--percent P] [--runs N] [--quick]
 #
@@ -133,7 +133,7 @@ done
 
 img=$tmp/disk.qcow2
 qemu-img create -q -f qcow2 "$img" "$size"
-bytes=$(qemu-img info --output=json "$img" | awk -F'[:,]' '/"virtual-size"/ { print $2 + 0 }')
+bytes=$(qemu-img info --output=json "$img" | awk -F'[:,]' '/"virtual-size"/ { printf "%d\n", $2 }')
 # Some data before the backup point, so that clean ranges are not all holes.
 qemu-io -f qcow2 -c "write -P 0x11 0 $((bytes / 8))" "$img" >/dev/null
 qemu-img bitmap --add "$img" b0
@@ -238,8 +238,8 @@ printf '%-58s %12s %12s %8s %s\n' \
 	"2. find+read ${dirty[ioplane]} dirty bytes of $size over NBD (s): qsd vs ioplane" \
 	"${best[qsd]}" "${best[ioplane]}" \
 	"$(awk -v a="${best[ioplane]}" -v b="${best[qsd]}" 'BEGIN { printf "%.3f", a / b }')" "<= 0.7"
-# ROW 3 (snapshot work): the longest request stall seen by fio (4 KiB randwrite, depth
-# 16) during blockdev-snapshot-sync, ioplane vs qsd, target ioplane <= qsd. Not
-# measured by this script yet: its place is here.
-printf '%-58s %12s %12s %8s %s\n' "3. fio stall during blockdev-snapshot-sync" "-" "-" "-" \
-	"(snapshots: not measured here)"
+# Row 3: the longest request stall seen by fio (4 KiB randwrite, depth 16) during
+# blockdev-snapshot-sync, ioplane vs qsd, target ioplane <= qsd.
+echo
+echo "3. fio stall during blockdev-snapshot-sync (bench/compare-snapshot-stall.sh):"
+IOPLANE=$IOPLANE bash "$src/bench/compare-snapshot-stall.sh" $([ "$size" = 256M ] && echo --quick)

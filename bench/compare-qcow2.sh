@@ -73,7 +73,7 @@ for r in $rows; do
 	case $r in 1 | 2 | 3 | 4) ;; *) echo "compare-qcow2.sh: no row $r" >&2; exit 2 ;; esac
 done
 
-fw_count=75000 # the request count for row 1
+fw_count=75000 # requests per run of row 1
 fw_size=8G
 ss_ios=200000
 cg_lo=20000 cg_hi=120000
