@@ -95,6 +95,10 @@ int vu_h_get_inflight_fd(struct vu_dev *d, struct vu_reply *rep);
 int vu_h_set_inflight_fd(struct vu_dev *d, struct vu_reply *rep);
 void vu_mem_unmap_all(struct vring_mem *m);
 void vu_inflight_unmap(struct vu_dev *d);
+/* Map queue idx's rings (split or packed, as the features say) through the
+ * memory table, with its features, log and inflight region, and start its
+ * vring: 0 or -errno. */
+int vu_vq_setup(struct vu_dev *d, unsigned idx);
 int vu_h_set_log_base(struct vu_dev *d, struct vu_reply *rep);
 void vu_log_unmap(struct vu_dev *d);
 /* The inflight region for queue idx of `num` entries, or NULL. */

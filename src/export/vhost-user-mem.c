@@ -1,4 +1,5 @@
-/* vhost-user guest memory and inflight area: SET_MEM_TABLE, ADD_MEM_REG,
+/* vhost-user guest memory, the dirty log, the inflight area and the rings' addresses
+ * (vu_vq_setup): SET_MEM_TABLE, ADD_MEM_REG,
  * REM_MEM_REG, GET_MAX_MEM_SLOTS, GET_INFLIGHT_FD, SET_INFLIGHT_FD. Regions
  * are mapped whole (from file offset 0, so that hugetlbfs alignment holds)
  * after checking that the file really is that large (touching a mapping past
@@ -387,4 +388,62 @@ int vu_h_set_log_base(struct vu_dev *d, struct vu_reply *rep)
 	rep->payload[0] = 0;
 	rep->size = sizeof(uint64_t);
 	return vu_start_ready(d);
+}
+
+/* ---- a ring's addresses, before it starts ------------------------------------ */
+
+static void vq_setup_common(struct vu_dev *d, struct vu_vq *vq)
+{
+	struct vring *vr = &vq->vr;
+
+	vr->mem = &d->mem;
+	vr->event_idx = d->features & (1ull << VIRTIO_RING_F_EVENT_IDX);
+	vr->indirect = d->features & (1ull << VIRTIO_RING_F_INDIRECT_DESC);
+	/* Logging: while the front-end asks for it and gave us a log. */
+	vr->log = (d->features & (1ull << VHOST_F_LOG_ALL)) ? d->log : NULL;
+	vr->log_size = d->log_size;
+	vr->log_used = vq->log_used;
+	vr->log_used_gpa = vq->log_gpa;
+}
+
+/* A packed ring: the descriptor ring, then the driver and device event
+ * suppression areas where SET_VRING_ADDR puts the avail and used rings. */
+static int vq_setup_packed(struct vu_dev *d, struct vu_vq *vq)
+{
+	struct vring *vr = &vq->vr;
+
+	vr->desc = NULL;
+	vr->avail = NULL;
+	vr->used = NULL;
+	vr->pdesc = vring_mem_uva(&d->mem, vq->desc_uva, 16ull * vr->num);
+	vr->driver_event = vring_mem_uva(&d->mem, vq->avail_uva, 4);
+	vr->device_event = vring_mem_uva(&d->mem, vq->used_uva, 4);
+	if (!vr->pdesc || !vr->driver_event || !vr->device_event)
+		return -EFAULT;
+	vq_setup_common(d, vq);
+	return vring_start(vr); /* packed: no inflight tracking */
+}
+
+int vu_vq_setup(struct vu_dev *d, unsigned idx)
+{
+	struct vu_vq *vq = &d->vqs[idx];
+	struct vring *vr = &vq->vr;
+
+	if (!vq->have_addr || !vr->num)
+		return -EINVAL;
+	vr->packed = d->features & (1ull << VIRTIO_F_RING_PACKED);
+	if (vq->base_set) {
+		vring_set_base(vr, vq->base);
+		vq->base_set = false;
+	}
+	if (vr->packed)
+		return vq_setup_packed(d, vq);
+	vr->desc = vring_mem_uva(&d->mem, vq->desc_uva, vring_desc_size(vr->num));
+	vr->avail = vring_mem_uva(&d->mem, vq->avail_uva, vring_avail_size(vr->num));
+	vr->used = vring_mem_uva(&d->mem, vq->used_uva, vring_used_size(vr->num));
+	if (!vr->desc || !vr->avail || !vr->used)
+		return -EFAULT;
+	vq_setup_common(d, vq);
+	vr->inflight = vu_inflight_queue(d, idx, vr->num);
+	return vring_start(vr);
 }

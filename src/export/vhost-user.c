@@ -65,67 +65,10 @@ static bool vq_wants_run(const struct vu_dev *d, const struct vu_vq *vq)
 	return vq->kick_fd >= 0 && enabled && d->mem.nregions && !d->closing;
 }
 
-static void vq_setup_common(struct vu_dev *d, struct vu_vq *vq)
-{
-	struct vring *vr = &vq->vr;
-
-	vr->mem = &d->mem;
-	vr->event_idx = d->features & (1ull << VIRTIO_RING_F_EVENT_IDX);
-	vr->indirect = d->features & (1ull << VIRTIO_RING_F_INDIRECT_DESC);
-	/* Logging: while the front-end asks for it and gave us a log. */
-	vr->log = (d->features & (1ull << VHOST_F_LOG_ALL)) ? d->log : NULL;
-	vr->log_size = d->log_size;
-	vr->log_used = vq->log_used;
-	vr->log_used_gpa = vq->log_gpa;
-}
-
-/* A packed ring: the descriptor ring, then the driver and device event
- * suppression areas where SET_VRING_ADDR puts the avail and used rings. */
-static int vq_setup_packed(struct vu_dev *d, struct vu_vq *vq)
-{
-	struct vring *vr = &vq->vr;
-
-	vr->desc = NULL;
-	vr->avail = NULL;
-	vr->used = NULL;
-	vr->pdesc = vring_mem_uva(&d->mem, vq->desc_uva, 16ull * vr->num);
-	vr->driver_event = vring_mem_uva(&d->mem, vq->avail_uva, 4);
-	vr->device_event = vring_mem_uva(&d->mem, vq->used_uva, 4);
-	if (!vr->pdesc || !vr->driver_event || !vr->device_event)
-		return -EFAULT;
-	vq_setup_common(d, vq);
-	vr->inflight = NULL;
-	return vring_start(vr);
-}
-
-static int vq_setup(struct vu_dev *d, unsigned idx)
-{
-	struct vu_vq *vq = &d->vqs[idx];
-	struct vring *vr = &vq->vr;
-
-	if (!vq->have_addr || !vr->num)
-		return -EINVAL;
-	vr->packed = d->features & (1ull << VIRTIO_F_RING_PACKED);
-	if (vq->base_set) {
-		vring_set_base(vr, vq->base);
-		vq->base_set = false;
-	}
-	if (vr->packed)
-		return vq_setup_packed(d, vq);
-	vr->desc = vring_mem_uva(&d->mem, vq->desc_uva, vring_desc_size(vr->num));
-	vr->avail = vring_mem_uva(&d->mem, vq->avail_uva, vring_avail_size(vr->num));
-	vr->used = vring_mem_uva(&d->mem, vq->used_uva, vring_used_size(vr->num));
-	if (!vr->desc || !vr->avail || !vr->used)
-		return -EFAULT;
-	vq_setup_common(d, vq);
-	vr->inflight = vu_inflight_queue(d, idx, vr->num);
-	return vring_start(vr);
-}
-
 static int vq_start(struct vu_dev *d, unsigned idx)
 {
 	struct vu_vq *vq = &d->vqs[idx];
-	int ret = vq_setup(d, idx);
+	int ret = vu_vq_setup(d, idx);
 
 	if (ret == 0)
 		ret = d->ops->queue_start(d->opaque, d, idx);
