@@ -24,11 +24,18 @@ struct blk_dirty_bitmap *blk_dirty_bitmap_new(const char *name, uint64_t size, u
 	bm->nwords = (bm->nbits + 63) / 64;
 	bm->words = calloc(bm->nwords ? bm->nwords : 1, sizeof(*bm->words));
 	atomic_init(&bm->enabled, true);
+	atomic_init(&bm->mark_nbits, bm->nbits);
 	if (!bm->name || !bm->words) {
 		blk_dirty_bitmap_free(bm);
 		return NULL;
 	}
 	return bm;
+}
+
+bool blk_dirty_bitmap_enable(struct blk_dirty_bitmap *bm, bool on)
+{
+	atomic_store_explicit(&bm->mark_nbits, on ? bm->nbits : 0, memory_order_relaxed);
+	return atomic_exchange(&bm->enabled, on);
 }
 
 void blk_dirty_bitmap_free(struct blk_dirty_bitmap *bm)
@@ -113,7 +120,7 @@ void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t le
 void blk_dirty_mark_slow(struct blk_node *bs, uint64_t off, uint64_t len)
 {
 	for (struct blk_dirty_bitmap *bm = bs->dirty_bitmaps; bm; bm = bm->next)
-		if (atomic_load_explicit(&bm->enabled, memory_order_relaxed))
+		if (atomic_load_explicit(&bm->mark_nbits, memory_order_relaxed)) /* enabled */
 			blk_dirty_bitmap_set(bm, off, len); /* a bit set twice is harmless */
 }
 
@@ -134,6 +141,8 @@ void blk_dirty_bitmaps_resize(struct blk_node *bs, uint64_t size)
 		bm->size = size;
 		bm->nbits = nbits;
 		bm->nwords = nwords;
+		if (atomic_load(&bm->enabled))
+			atomic_store(&bm->mark_nbits, nbits);
 	}
 }
 

@@ -4,9 +4,10 @@
  * by the node's format driver (qcow2).
  *
  * Threading: the list of a node (bs->dirty_bitmaps) and every field but
- * `words` and `enabled` are the main thread's, changed while the node is
- * drained or before it serves; submitting threads read the list and set
- * bits with atomic fetch_or, without a lock. */
+ * `words`, `enabled` and `mark_nbits` are the main thread's, changed while
+ * the node is drained or before it serves; `enabled` and `mark_nbits` are
+ * written by the main thread at any time (relaxed atomics); submitting
+ * threads read the list and set bits with atomic fetch_or, without a lock. */
 #ifndef IOPLANE_BLOCK_DIRTY_BITMAP_H
 #define IOPLANE_BLOCK_DIRTY_BITMAP_H
 
@@ -29,11 +30,14 @@ struct blk_dirty_bitmap {
 	unsigned gran_bits;
 	uint64_t nbits, nwords;
 	_Atomic uint64_t *words; /* bit i of word w: bytes [(64w+i) << gran_bits, ...) */
-	atomic_bool enabled;     /* recording: writes set bits */
-	bool persistent;         /* saved in the image at close */
-	bool inconsistent;       /* found in use at open: never used, kept as found */
-	bool readonly;           /* loaded from a read-only image */
-	unsigned busy;           /* users (NBD exports): cannot be changed or removed */
+	atomic_bool enabled;     /* recording: writes set bits (blk_dirty_bitmap_enable) */
+	/* What writers read: nbits while enabled, 0 while not, so that the
+	 * marking fast path tests the bitmap's state and its length at once. */
+	_Atomic uint64_t mark_nbits;
+	bool persistent;   /* saved in the image at close */
+	bool inconsistent; /* found in use at open: never used, kept as found */
+	bool readonly;     /* loaded from a read-only image */
+	unsigned busy;     /* users (NBD exports): cannot be changed or removed */
 	/* The format driver's: where the image keeps this bitmap as loaded
 	 * (qcow2: bitmap table offset and size, flags; 0: not in the image). */
 	uint64_t disk_table_offset;
@@ -54,36 +58,52 @@ void blk_dirty_bitmap_unlink(struct blk_node *bs, struct blk_dirty_bitmap *bm);
 /* Free every bitmap of bs (its close). */
 void blk_dirty_bitmaps_free(struct blk_node *bs);
 
+/* Start (on) or stop recording writes (main thread); returns the old state. */
+bool blk_dirty_bitmap_enable(struct blk_dirty_bitmap *bm, bool on);
+
 /* Set the bits covering [off, off+len) (any thread). */
 void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len);
 
 /* Every enabled bitmap of bs, the long way (ranges of several granules). */
 void blk_dirty_mark_slow(struct blk_node *bs, uint64_t off, uint64_t len);
 
-/* A write to [off, off+len) of bs (len > 0, inside the node): mark every
- * enabled bitmap (any thread). Inline for the common case, one granule
- * per bitmap: a test, and an atomic or only when the bit is clear (so
- * writers on several threads do not bounce the word's cache line). Any
- * other case goes to blk_dirty_mark_slow as a tail call, so a caller that
- * does nothing else keeps no registers. */
+/* A write to [off, off+len) of bs (inside the node; bs->dirty_bitmaps not
+ * NULL): mark every enabled bitmap (any thread). Inline for the common
+ * case, one granule per bitmap: a test, and an atomic or only when the bit
+ * is clear (so writers on several threads do not bounce the word's cache
+ * line). Anything else (len 0, a range of several granules, a bitmap
+ * shorter than the node) goes to blk_dirty_mark_slow, which does the whole
+ * list again: a bit set twice is harmless. A disabled bitmap has
+ * mark_nbits 0: skipped by the same comparison that bounds the bit. */
 static inline void blk_dirty_mark(struct blk_node *bs, uint64_t off, uint64_t len)
 {
-	bool slow = false;
+	uint64_t last = off + len - 1;
+	struct blk_dirty_bitmap *bm = bs->dirty_bitmaps;
 
-	for (struct blk_dirty_bitmap *bm = bs->dirty_bitmaps; bm; bm = bm->next) {
-		uint64_t b0 = off >> bm->gran_bits, b1 = (off + len - 1) >> bm->gran_bits;
-		_Atomic uint64_t *w = &bm->words[b0 / 64];
-		uint64_t m = 1ull << (b0 % 64);
+	do {
+		unsigned g = bm->gran_bits;
+		uint64_t b = off >> g;
+		const _Atomic uint64_t *w;
 
-		if (!atomic_load_explicit(&bm->enabled, memory_order_relaxed))
-			continue;
-		if (b0 != b1 || b0 >= bm->nbits)
-			slow = true;
-		else if (!(atomic_load_explicit(w, memory_order_relaxed) & m))
-			atomic_fetch_or_explicit(w, m, memory_order_relaxed);
-	}
-	if (slow)
-		blk_dirty_mark_slow(bs, off, len);
+		if (__builtin_expect(
+			    b >= atomic_load_explicit(&bm->mark_nbits, memory_order_relaxed), 0)) {
+			if (!atomic_load_explicit(&bm->mark_nbits, memory_order_relaxed))
+				continue; /* disabled */
+			blk_dirty_mark_slow(bs, off, len);
+			return;
+		}
+		if (__builtin_expect((last >> g) != b || !len, 0)) {
+			blk_dirty_mark_slow(bs, off, len);
+			return;
+		}
+		w = &bm->words[b / 64];
+		if (__builtin_expect(
+			    !((atomic_load_explicit(w, memory_order_relaxed) >> (b % 64)) & 1),
+			    0)) {
+			blk_dirty_mark_slow(bs, off, len); /* once per granule */
+			return;
+		}
+	} while ((bm = bm->next));
 }
 /* The node's size changed (drained): every bitmap follows, new bits clear. */
 void blk_dirty_bitmaps_resize(struct blk_node *bs, uint64_t size);

@@ -163,7 +163,7 @@ static int bm_add_prepare(json_t *data, void **state, struct qmp_txn_err *err)
 		return bm_fail(err, "%s", "out of memory");
 	}
 	bm->persistent = qapi_get_bool(data, "persistent", false);
-	atomic_store(&bm->enabled, !qapi_get_bool(data, "disabled", false));
+	blk_dirty_bitmap_enable(bm, !qapi_get_bool(data, "disabled", false));
 	blk_dirty_bitmap_link(bs, bm);
 	return 0;
 }
@@ -307,7 +307,7 @@ static int bm_set_enabled(json_t *data, void **state, struct qmp_txn_err *err, b
 	if (!bm || bm_check(bm, BM_BUSY | BM_INCONSISTENT, err) || bm_state_new(bs, bm, state, err))
 		return -EINVAL;
 	st = *state;
-	st->was_enabled = atomic_exchange(&bm->enabled, on);
+	st->was_enabled = blk_dirty_bitmap_enable(bm, on);
 	return 0;
 }
 
@@ -325,7 +325,7 @@ static void bm_enabled_abort(void *state)
 {
 	struct bm_state *st = state;
 
-	atomic_store(&st->bm->enabled, st->was_enabled);
+	blk_dirty_bitmap_enable(st->bm, st->was_enabled);
 }
 
 /* ---- the ops, the commands ---- */

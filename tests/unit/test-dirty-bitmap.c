@@ -120,7 +120,7 @@ static void test_node_marks(void **state)
 {
 	struct kv_opts o = {0};
 	struct blk_node *bs;
-	struct blk_dirty_bitmap *on, *off;
+	struct blk_dirty_bitmap *on, *off, *short_bm;
 	struct blk_request req;
 	struct loop *loop;
 	char err[256], buf[4096] = {0};
@@ -133,7 +133,7 @@ static void test_node_marks(void **state)
 	kv_free(&o);
 	on = blk_dirty_bitmap_new("on", blk_size(bs), 65536);
 	off = blk_dirty_bitmap_new("off", blk_size(bs), 65536);
-	atomic_store(&off->enabled, false);
+	blk_dirty_bitmap_enable(off, false);
 	blk_dirty_bitmap_link(bs, on);
 	blk_dirty_bitmap_link(bs, off);
 	assert_ptr_equal(blk_dirty_bitmap_find(bs, "off"), off);
@@ -155,16 +155,33 @@ static void test_node_marks(void **state)
 	assert_true(blk_dirty_bitmap_bit(on, 128));
 	assert_int_equal(blk_dirty_bitmap_count(on), 4 * 65536);
 	assert_int_equal(blk_dirty_bitmap_count(off), 0);
+	/* Enabled again, it records; a zero-length write marks nothing; a
+	 * bitmap shorter than the node takes what falls inside it. */
+	blk_dirty_bitmap_enable(off, true);
+	assert_int_equal(blk_pwrite(bs, 4096, buf, sizeof(buf), 0), 0);
+	assert_int_equal(blk_dirty_bitmap_count(off), 65536);
+	blk_dirty_mark(bs, (5 << 20) + 512, 0);
+	assert_false(blk_dirty_bitmap_bit(on, 80));
+	short_bm = blk_dirty_bitmap_new("short", 1 << 20, 65536);
+	blk_dirty_bitmap_link(bs, short_bm);
+	assert_int_equal(blk_pwrite(bs, 4 << 20, buf, sizeof(buf), 0), 0);
+	assert_int_equal(blk_pwrite(bs, 65536, buf, sizeof(buf), 0), 0);
+	assert_int_equal(blk_dirty_bitmap_count(short_bm), 65536);
+	assert_true(blk_dirty_bitmap_bit(short_bm, 1) && blk_dirty_bitmap_bit(on, 64));
+	blk_dirty_bitmap_unlink(bs, short_bm);
+	blk_dirty_bitmap_free(short_bm);
+	assert_int_equal(blk_dirty_bitmap_count(on), 6 * 65536);
+	blk_dirty_bitmap_enable(off, false);
 	/* The node grows: the bitmaps follow, the new part clean, and a write
 	 * there is recorded (not clamped away). */
 	assert_int_equal(blk_truncate(bs, 64 << 20), 0);
 	assert_int_equal(on->nbits, 1024);
-	assert_int_equal(blk_dirty_bitmap_count(on), 4 * 65536);
+	assert_int_equal(blk_dirty_bitmap_count(on), 6 * 65536);
 	blk_dirty_mark(bs, 60 << 20, 4096);
 	assert_true(blk_dirty_bitmap_bit(on, 960));
 	/* Shrinks: the bits past the end go. */
 	assert_int_equal(blk_truncate(bs, 2 << 20), 0);
-	assert_int_equal(blk_dirty_bitmap_count(on), 65536);
+	assert_int_equal(blk_dirty_bitmap_count(on), 2 * 65536);
 	blk_dirty_bitmap_unlink(bs, off);
 	blk_dirty_bitmap_free(off);
 	blk_close(bs); /* frees "on" */

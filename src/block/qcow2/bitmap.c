@@ -112,7 +112,7 @@ static int bm_load_one(struct qc_state *s, const struct qcow2_bitmap_info *b, ui
 	bm->disk_table_size = b->table_size;
 	bm->disk_flags = b->flags;
 	bm->inconsistent = (b->flags & QCOW2_BITMAP_IN_USE) != 0;
-	atomic_store(&bm->enabled, (b->flags & QCOW2_BITMAP_AUTO) && !bm->inconsistent);
+	blk_dirty_bitmap_enable(bm, (b->flags & QCOW2_BITMAP_AUTO) && !bm->inconsistent);
 	if (!bm->inconsistent) {
 		ret = bm_read_table(s, b->table_offset, b->table_size, &t);
 		if (!ret)
