@@ -41,6 +41,10 @@
 #define NBD_SPARSE_READ_MIN (64u << 10) /* reads this large look for holes first */
 #define NBD_READ_EXTENTS 8              /* content chunks per sparse read */
 #define NBD_STATUS_EXTENTS 64           /* descriptors per block-status reply */
+/* Descriptors per qemu:dirty-bitmap chunk, at most: read from memory, so a
+ * reply covers what was asked (a backup client walks the disk in few round
+ * trips); 1 MiB on the wire at most, as QEMU sends. */
+#define NBD_STATUS_BITMAP_EXTENTS 65536
 /* Metadata contexts: bit i of a connection's selection is context id i + 1. */
 #define NBD_META_ID_ALLOC 1   /* base:allocation */
 #define NBD_META_ID_DEPTH 2   /* qemu:allocation-depth */
@@ -190,6 +194,7 @@ struct nbd_req {
 	uint64_t done;  /* bytes covered so far (status scans) */
 	unsigned nexts; /* extents used */
 	unsigned scans; /* block-status queries made */
+	unsigned bmcap; /* room of each qemu:dirty-bitmap area, in extents */
 	/* BLOCK_STATUS of qemu:allocation-depth (nbd-status.c): the layer
 	 * being asked about [offset + ddone, ...) and its depth (1: the top). */
 	uint64_t ddone;

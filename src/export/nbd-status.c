@@ -16,9 +16,10 @@
 #include "export/nbd-int.h"
 #include "util/log.h"
 
-/* r->buf holds one area of NBD_STATUS_EXTENTS struct nbd_extent per
- * context: 0 base:allocation, 1 allocation depth, 2 + i bitmap i; each is
- * converted to the wire format in place when the reply is built. */
+/* r->buf holds one area of struct nbd_extent per context: 0 base:allocation
+ * and 1 allocation depth of NBD_STATUS_EXTENTS each, then 2 + i bitmap i of
+ * r->bmcap; each is converted to the wire format in place when the reply is
+ * built. */
 #define STATUS_AREA (NBD_STATUS_EXTENTS * sizeof(struct nbd_extent))
 
 #define STAGE_BASE 0
@@ -26,7 +27,28 @@
 
 static struct nbd_extent *area(struct nbd_req *r, unsigned i)
 {
-	return (struct nbd_extent *)((uint8_t *)r->buf + i * STATUS_AREA);
+	size_t off = i < 2 ? i * STATUS_AREA
+			   : 2 * STATUS_AREA + (i - 2) * r->bmcap * sizeof(struct nbd_extent);
+
+	return (struct nbd_extent *)((uint8_t *)r->buf + off);
+}
+
+/* Room for every extent a selected bitmap can have in the request: one per
+ * granule it touches, (len >> gran_bits) + 2 at most; 1 for REQ_ONE. */
+static unsigned bitmap_cap(const struct nbd_req *r)
+{
+	const struct nbd_export *x = r->conn->exp;
+	uint64_t cap = 1;
+
+	if (r->flags & NBD_CMD_FLAG_REQ_ONE)
+		return 1;
+	for (unsigned i = 0; i < x->nbitmaps; i++) {
+		uint64_t c = (r->len >> x->bitmaps[i]->gran_bits) + 2;
+
+		if ((r->conn->meta & NBD_META_BITMAP(i)) && c > cap)
+			cap = c;
+	}
+	return cap < NBD_STATUS_BITMAP_EXTENTS ? (unsigned)cap : NBD_STATUS_BITMAP_EXTENTS;
 }
 
 static uint32_t blk_to_state(uint32_t status)
@@ -146,7 +168,9 @@ void nbd_status_start(struct nbd_req *r)
 	r->done = r->ddone = 0;
 	r->scans = 0;
 	r->stage = STAGE_BASE;
-	if (nbd_req_buf(r, (2 + r->conn->exp->nbitmaps) * STATUS_AREA) < 0) {
+	r->bmcap = bitmap_cap(r);
+	if (nbd_req_buf(r, 2 * STATUS_AREA + r->conn->exp->nbitmaps * (size_t)r->bmcap *
+						     sizeof(struct nbd_extent)) < 0) {
 		nbd_req_fail(r, NBD_ENOMEM, "out of memory");
 		return;
 	}
@@ -196,7 +220,7 @@ static unsigned bitmap_extents(struct nbd_req *r, const struct blk_dirty_bitmap 
 
 	if (end > bm->size)
 		end = bm->size;
-	while (pos < end && n < NBD_STATUS_EXTENTS) {
+	while (pos < end && n < r->bmcap) {
 		bool dirty;
 		uint64_t len = blk_dirty_bitmap_extent(bm, pos, end - pos, &dirty);
 
