@@ -9,12 +9,13 @@
 #      of it dirtied in scattered 64 KiB extents, tracked by a bitmap made with qemu-img;
 #      each daemon exports it with that bitmap, and the same client (nbdsh: one
 #      block-status walk of qemu:dirty-bitmap:b0 over the disk, then a read of every
-#      dirty extent) times finding and reading every dirty byte. Best of --runs.
+#      dirty extent, --depth (16) reads in flight) times finding and reading every
+#      dirty byte. Best of --runs.
 #      Target: ioplane <= 0.7x qsd.
 #   3. the longest fio stall during blockdev-snapshot-sync: bench/compare-snapshot-stall.sh,
 #      run last (with --quick when this run is).
 #
-#   bench/compare-backup.sh [--size SIZE] [--percent P] [--runs N] [--quick]
+#   bench/compare-backup.sh [--size SIZE] [--percent P] [--runs N] [--depth N] [--quick]
 #
 # A benchmark, not a test: exit 0 whether targets are met or not; 1 when a tool fails;
 # 2 on bad usage. Needs valgrind, qemu-img, qemu-io, qemu-storage-daemon, nbdsh
@@ -26,6 +27,7 @@ IOPLANE=${IOPLANE:-$src/build/ioplane}
 size=4G
 percent=5
 runs=3
+depth=16
 cg_lo=20000
 cg_hi=120000
 
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
 	--size) size=$2; shift 2 ;;
 	--percent) percent=$2; shift 2 ;;
 	--runs) runs=$2; shift 2 ;;
+	--depth) depth=$2; shift 2 ;;
 	--quick) size=256M; runs=1; cg_lo=2000; cg_hi=12000; shift ;;
 	-h | --help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
 	*) echo "unknown option $1 (try --help)" >&2; exit 2 ;;
@@ -148,11 +151,16 @@ EOF
 qemu-io -f qcow2 "$img" <"$tmp/writes" >/dev/null
 qemu-img bitmap --disable "$img" b0 # exported read-only
 
+# The client keeps up to --depth reads in flight (libnbd aio_pread, one buffer per
+# slot), as backup tools do (nbdcopy keeps 64 requests in flight, virtnbdbackup several
+# workers): a client that waits for each reply before sending the next one measures its
+# own round trips, not the server. --depth 1 is that synchronous client.
 read_dirty() {
-	BK_URI=$1 "$py" -m nbd -c '
+	BK_URI=$1 BK_DEPTH=$depth "$py" -m nbd -c '
 import os, time
 h.add_meta_context("qemu:dirty-bitmap:b0")
 h.connect_uri(os.environ["BK_URI"])
+depth = int(os.environ["BK_DEPTH"])
 size = h.get_size()
 t0 = time.monotonic()
 ext = []
@@ -171,14 +179,30 @@ while pos < size:
     if end[0] <= pos:
         raise SystemExit("block status made no progress")
     pos = end[0]
+chunk = 4 << 20
+reqs = [(o + k, min(n - k, chunk)) for o, n in ext for k in range(0, n, chunk)]
+pool = {}  # free buffers by size: the extents are mostly of one size
+busy = [0]
+failed = []
+def done(buf, n, err):
+    if err.value:
+        failed.append(err.value)
+    pool.setdefault(n, []).append(buf)
+    busy[0] -= 1
+    return 1
 dirty = 0
-for off, n in ext:
-    while n:
-        k = min(n, 4 << 20)
-        h.pread(k, off)
-        dirty += k
-        off += k
-        n -= k
+for off, n in reqs:
+    while busy[0] >= depth:
+        h.poll(-1)
+    free = pool.get(n)
+    buf = free.pop() if free else nbd.Buffer(n)
+    busy[0] += 1
+    h.aio_pread(buf, off, completion=lambda err, b=buf, n=n: done(b, n, err))
+    dirty += n
+while h.aio_in_flight():
+    h.poll(-1)
+if failed:
+    raise SystemExit("a read failed: errno %d" % failed[0])
 print("%.6f %d" % (time.monotonic() - t0, dirty))
 '
 }
