@@ -1,7 +1,7 @@
 #!/bin/bash
 # What scraping /metrics costs the dataplane: fio 4 KiB random reads at depth 64 through
 # one NBD export of `ioplane serve` (a null node, one iothread), --runs pairs of runs of
-# --runtime seconds, alternating without and with a client that GETs /metrics every
+# --runtime seconds, in ABBA order without and with a client that GETs /metrics every
 # --interval seconds (100 ms) over the --metrics unix socket. Prints each run's IOPS and
 # the ratio of the medians, scraped / not scraped (target: >= 0.99, a change <= 1%).
 #
@@ -114,6 +114,14 @@ class Scraper(threading.Thread):
         while not self.halt.wait(INTERVAL):
             scrape()
             self.n += 1
+        self.cpu = time.thread_time()
+
+
+def main_thread_cpu(p):
+    """CPU seconds the daemon's main thread (it serves /metrics) has used."""
+    with open('/proc/%d/task/%d/stat' % (p.pid, p.pid)) as f:
+        v = f.read().rsplit(')', 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf('SC_CLK_TCK')
 
 
 def fio(extra):
@@ -134,7 +142,7 @@ def run(scraped, extra):
     if sc:
         sc.halt.set()
         sc.join()
-    return r, sc.n if sc else 0
+    return r, sc
 
 
 def timed():
@@ -142,11 +150,19 @@ def timed():
     try:
         iops = {False: [], True: []}
         for i in range(RUNS):
-            for scraped in (False, True):
-                r, n = run(scraped, ['--time_based', '--runtime=%d' % RUNTIME])
+            # ABBA order: a drift through the invocation (the machine's other load, the
+            # page cache, the CPU's clock) falls on both sides alike.
+            for scraped in ((False, True) if i % 2 == 0 else (True, False)):
+                m0 = main_thread_cpu(p)
+                r, sc = run(scraped, ['--time_based', '--runtime=%d' % RUNTIME])
+                m1 = main_thread_cpu(p)
                 iops[scraped].append(r['iops'])
+                # Where a scrape's CPU goes: the daemon's main thread, and the scraper
+                # itself, which shares this machine's cores with fio and the iothread.
+                what = (' (%d scrapes; daemon main thread %.0f ms, scraper %.0f ms of CPU)'
+                        % (sc.n, (m1 - m0) * 1e3, sc.cpu * 1e3) if sc else '')
                 print('run %d %-11s %10.0f IOPS%s' % (i + 1, 'scraped' if scraped else 'not scraped',
-                                                     r['iops'], ' (%d scrapes)' % n if n else ''))
+                                                     r['iops'], what))
     finally:
         stop(p)
     a, b = statistics.median(iops[False]), statistics.median(iops[True])
@@ -176,13 +192,13 @@ def callgrind():
         p = start(['valgrind', '--tool=callgrind', '--separate-threads=yes',
                    '--callgrind-out-file=' + prefix])
         try:
-            r, n = run(scraped, ['--number_ios=%d' % IOS, '--io_size=%d' % (IOS * 4096)])
+            r, sc = run(scraped, ['--number_ios=%d' % IOS, '--io_size=%d' % (IOS * 4096)])
         finally:
             stop(p)
         res[scraped] = iothread_ir(prefix) / max(r['total_ios'], 1)
         print('%-11s %8.0f iothread instructions per request (%d requests%s)'
               % ('scraped' if scraped else 'not scraped', res[scraped], r['total_ios'],
-                 ', %d scrapes' % n if scraped else ''))
+                 ', %d scrapes' % sc.n if sc else ''))
     print('ratio scraped/not scraped: %.4f' % (res[True] / res[False]))
 
 
