@@ -1,7 +1,9 @@
-/* `ioplane bench --vhost-user PATH`: a vhost-user-blk front-end that drives a
- * back-end (ioplane serve, qemu-storage-daemon) without a VM. The guest memory
- * is one memfd shared with the back-end; each queue's request slots use three
- * fixed descriptors (header, data, status).
+/* `ioplane bench --vhost-user PATH`: a vhost-user-blk or (--scsi)
+ * vhost-user-scsi front-end that drives a back-end (ioplane serve,
+ * qemu-storage-daemon) without a VM. The guest memory is one memfd shared
+ * with the back-end; each queue's request slots use three fixed descriptors
+ * (blk: header, data, status; scsi: header, data-out or response, response
+ * or data-in).
  *
  * THREADING RULE: single-threaded; everything belongs to the caller. */
 #ifndef IOPLANE_BENCH_VHOST_H
@@ -17,9 +19,10 @@
 int cmd_bench_vhost(int argc, char **argv);
 
 struct vhc_slot {
-	uint64_t start;  /* clock_ticks() at submission */
-	uint64_t offset; /* bytes */
-	struct virtio_blk_hdr *hdr;
+	uint64_t start;             /* clock_ticks() at submission */
+	uint64_t offset;            /* bytes */
+	struct virtio_blk_hdr *hdr; /* the slot's request header (blk) */
+	uint8_t *meta;              /* the same bytes (scsi: header, response at +128) */
 	uint8_t *status;
 	uint8_t *buf;
 	uint64_t hdr_gpa, status_gpa, buf_gpa;
@@ -34,8 +37,8 @@ struct vhc_queue {
 	struct vring_desc *desc;
 	struct vring_avail *avail;
 	struct vring_used *used;
-	uint16_t avail_idx;   /* next avail entry we write */
-	uint16_t kicked_idx;  /* avail idx at the last publish */
+	uint16_t avail_idx;  /* next avail entry we write */
+	uint16_t kicked_idx; /* avail idx at the last publish */
 	uint16_t last_used;
 	int kick_fd, call_fd;
 	struct vhc_slot *slots;
@@ -52,6 +55,8 @@ struct vhc {
 	uint64_t mem_size;
 	uint64_t features, pf; /* negotiated */
 	bool want_inflight;
+	bool scsi;          /* virtio-scsi: queues 0 and 1 are control and event */
+	unsigned first_req; /* the first request queue: 0, or 2 for scsi */
 	int inflight_fd;
 	uint64_t inflight_size;
 	uint16_t queue_size;
@@ -79,5 +84,9 @@ void vhc_publish(struct vhc_queue *q, bool event_idx);
 /* Next completed slot, or -1 (re-arms used_event when empty). */
 int vhc_next_used(struct vhc_queue *q, bool event_idx);
 bool vhc_event_idx(const struct vhc *c);
+/* The request of slot sl succeeded (blk status, scsi status and response). */
+bool vhc_slot_ok(const struct vhc *c, const struct vhc_slot *sl);
+/* scsi: a READ CAPACITY (16) answer in sl's buffer: sets c->capacity. */
+void vhc_scsi_capacity(struct vhc *c, const struct vhc_slot *sl);
 
 #endif
