@@ -178,9 +178,12 @@ int vub_export_lun_add(struct vub_export *e, unsigned lun, struct blk_node *bs, 
 			blk_resize_notifier_del(bs, vub_resized, e);
 		return ret;
 	}
-	vscsi_event_post(e->scsi, VIRTIO_SCSI_T_TRANSPORT_RESET, (uint16_t)lun,
-			 VIRTIO_SCSI_EVT_RESET_RESCAN);
-	vus_kick_events(e);
+	/* A driver that attaches later scans when it starts. */
+	if (e->conn) {
+		vscsi_event_post(e->scsi, VIRTIO_SCSI_T_TRANSPORT_RESET, (uint16_t)lun,
+				 VIRTIO_SCSI_EVT_RESET_RESCAN);
+		vus_kick_events(e);
+	}
 	return 0;
 }
 
@@ -224,8 +227,10 @@ int vub_export_lun_remove(struct vub_export *e, unsigned lun,
 	e->removals = r;
 	e->removal_timer.cb = vus_removal_cb;
 	vus_removal_cb(&e->removal_timer); /* at once when idle */
-	vscsi_event_post(e->scsi, VIRTIO_SCSI_T_TRANSPORT_RESET, (uint16_t)lun,
-			 VIRTIO_SCSI_EVT_RESET_REMOVED);
-	vus_kick_events(e);
+	if (e->conn) {
+		vscsi_event_post(e->scsi, VIRTIO_SCSI_T_TRANSPORT_RESET, (uint16_t)lun,
+				 VIRTIO_SCSI_EVT_RESET_REMOVED);
+		vus_kick_events(e);
+	}
 	return 0;
 }
