@@ -27,12 +27,16 @@ HDR, RESP = 51, 108
 IMG_SIZE = 4 << 20
 
 
+RESET_DEVICE = 34
+PF_RESET_DEVICE = 1 << 13
+
+
 def handshake(fe, memfd):
     fe.send(_vhostfe.GET_FEATURES)
     feat = struct.unpack('<Q', fe.reply(_vhostfe.GET_FEATURES))[0]
     if not feat & HOTPLUG:
         fail('VIRTIO_SCSI_F_HOTPLUG not offered')
-    fe.send(_vhostfe.SET_PROTOCOL_FEATURES, struct.pack('<Q', _vhostfe.PF))
+    fe.send(_vhostfe.SET_PROTOCOL_FEATURES, struct.pack('<Q', _vhostfe.PF | PF_RESET_DEVICE))
     fe.send(_vhostfe.SET_OWNER)
     if fe.ack(SET_FEATURES, struct.pack('<Q', _vhostfe.FEATURES | HOTPLUG)):
         fail('SET_FEATURES refused')
@@ -203,6 +207,21 @@ def test_hotplug(qmp, s, evq, mem):
     print('hot-plug: ok')
 
 
+def test_reset(fe, mem, s):
+    """As QEMU's vhost-user-scsi resets the device (the guest's driver took over from the
+    firmware's): RESET_DEVICE, then features and rings again but not the memory table,
+    which the front-end does not send twice. The rings must run on it."""
+    if fe.ack(RESET_DEVICE):
+        fail('RESET_DEVICE refused')
+    if fe.ack(SET_FEATURES, struct.pack('<Q', _vhostfe.FEATURES | HOTPLUG)):
+        fail('SET_FEATURES after RESET_DEVICE refused')
+    q = Queue(fe, mem, 2, 0x30000)
+    s.q, s.n = q, 0
+    s.good(bytes(6), 'TEST UNIT READY after RESET_DEVICE')
+    print('reset: ok')
+    return q
+
+
 def test_broken(q3, s):
     # A response that cannot hold the sense bytes: no way to answer, the queue stops.
     s.q = q3
@@ -245,6 +264,7 @@ def run(tmp):
         test_broken(q3, s)
         if readable(req.err):
             fail('the other request queue stopped too')
+        test_reset(fe, mem, s)
         fe.close()
         if bench('--vhost-user', sock, '--scsi', '--num-queues', '2', '-c', '2000', '-d', '16',
                  '-w', '--verify', '-q') != 0:
