@@ -143,8 +143,11 @@ int vhc_init(struct vhc *c, unsigned nq, unsigned depth, uint32_t bufsize)
 		c->mem = NULL;
 		return -errno;
 	}
-	for (i = 0; i < c->nq; i++)
+	for (i = 0; i < c->nq; i++) {
 		queue_pointers(c, &c->q[i]);
+		if (c->packed)
+			vhc_packed_init(&c->q[i]);
+	}
 	return 0;
 }
 
@@ -159,6 +162,7 @@ void vhc_free(struct vhc *c)
 			close(c->q[i].call_fd);
 		free(c->q[i].slots);
 		free(c->q[i].free);
+		free(c->q[i].pk_ndesc);
 	}
 	free(c->q);
 	if (c->mem)
@@ -324,6 +328,11 @@ static int vhc_negotiate(struct vhc *c)
 	c->cfg = cm.cfg;
 	c->capacity = c->cfg.capacity * 512;
 	c->features = f & (c->scsi ? vhc_want_scsi : vhc_want_features);
+	if (c->packed) {
+		if (!(f & 1ull << VIRTIO_F_RING_PACKED))
+			return -ENOTSUP;
+		c->features |= 1ull << VIRTIO_F_RING_PACKED;
+	}
 	return vhc_set_u64(c, VHOST_USER_SET_FEATURES, c->features);
 }
 
@@ -363,9 +372,11 @@ static int vhc_queue_setup(struct vhc *c, struct vhc_queue *q, bool reconnect)
 		q->idx, 0, (uintptr_t)q->desc, (uintptr_t)q->used, (uintptr_t)q->avail, 0};
 	/* After a reconnect the back-end finds where it was from the used ring
 	 * (and the inflight area), as QEMU does when GET_VRING_BASE failed. */
-	uint16_t base = reconnect ? __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) : 0;
+	uint32_t base = reconnect ? __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) : 0;
 	uint64_t kick = q->idx, call = q->idx;
 
+	if (c->packed) /* slot 0 with wrap counter 1, avail and used */
+		base = VRING_PACKED_WRAP | VRING_PACKED_WRAP << 16;
 	return vhc_state(c, VHOST_USER_SET_VRING_NUM, q->idx, q->num) ?:
 	       vhc_state(c, VHOST_USER_SET_VRING_BASE, q->idx, base) ?:
 	       vhc_send(c, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0, false) ?:
@@ -438,10 +449,10 @@ static void scsi_cdb(uint8_t *cdb, uint32_t type, uint64_t offset, uint32_t len)
 }
 
 /* hdr, then data-out and response, or response and data-in. */
-static void scsi_descs(struct vhc_queue *q, unsigned s, uint32_t type, uint32_t len)
+static void scsi_descs(struct vhc_queue *q, unsigned s, uint32_t type, uint32_t len,
+		       struct vring_desc *d)
 {
 	struct vhc_slot *sl = &q->slots[s];
-	struct vring_desc *d = &q->desc[3 * s];
 	uint16_t h = (uint16_t)(3 * s);
 	uint64_t resp = sl->hdr_gpa + SCSI_RESP_OFF;
 
@@ -460,7 +471,7 @@ static void scsi_descs(struct vhc_queue *q, unsigned s, uint32_t type, uint32_t 
 }
 
 static void scsi_submit(struct vhc_queue *q, unsigned s, uint32_t type, uint64_t offset,
-			uint32_t len)
+			uint32_t len, struct vring_desc *d)
 {
 	uint8_t *m = q->slots[s].meta;
 
@@ -470,7 +481,7 @@ static void scsi_submit(struct vhc_queue *q, unsigned s, uint32_t type, uint64_t
 	m[8] = (uint8_t)s;
 	scsi_cdb(m + 19, type, offset, len);
 	memset(m + SCSI_RESP_OFF, 0xff, 12);
-	scsi_descs(q, s, type, type == VIRTIO_BLK_T_GET_ID ? 32 : len);
+	scsi_descs(q, s, type, type == VIRTIO_BLK_T_GET_ID ? 32 : len, d);
 }
 
 bool vhc_slot_ok(const struct vhc *c, const struct vhc_slot *sl)
@@ -496,11 +507,11 @@ void vhc_submit(struct vhc *c, struct vhc_queue *q, unsigned s, uint32_t type, u
 		uint32_t len)
 {
 	struct vhc_slot *sl = &q->slots[s];
-	struct vring_desc *d = &q->desc[3 * s];
+	struct vring_desc d[3] = {{0}};
 	bool has_data = type != VIRTIO_BLK_T_FLUSH;
 
 	if (c->scsi) {
-		scsi_submit(q, s, type, offset, len);
+		scsi_submit(q, s, type, offset, len, d);
 		goto publish;
 	}
 	sl->hdr->type = type;
@@ -517,9 +528,14 @@ void vhc_submit(struct vhc *c, struct vhc_queue *q, unsigned s, uint32_t type, u
 publish:
 	sl->offset = offset;
 	sl->len = len;
-	q->avail->ring[q->avail_idx & (q->num - 1)] = (uint16_t)(3 * s);
-	q->avail_idx++;
 	sl->busy = true;
+	q->avail_idx++;
+	if (c->packed) {
+		vhc_packed_put(q, s, d);
+		return;
+	}
+	memcpy(&q->desc[3 * s], d, sizeof(d));
+	q->avail->ring[(q->avail_idx - 1) & (q->num - 1)] = (uint16_t)(3 * s);
 }
 
 void vhc_publish(struct vhc_queue *q, bool event_idx)
@@ -529,6 +545,12 @@ void vhc_publish(struct vhc_queue *q, bool event_idx)
 
 	if (q->avail_idx == old)
 		return;
+	if (q->packed) {
+		q->kicked_idx = q->avail_idx;
+		if (vhc_packed_kick_wanted(q))
+			eventfd_write(q->kick_fd, 1);
+		return;
+	}
 	__atomic_store_n(&q->avail->idx, q->avail_idx, __ATOMIC_RELEASE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (event_idx)
@@ -546,7 +568,11 @@ void vhc_publish(struct vhc_queue *q, bool event_idx)
 int vhc_next_used(struct vhc_queue *q, bool event_idx)
 {
 	struct vring_used_elem e;
-	uint16_t uidx = __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE);
+	uint16_t uidx;
+
+	if (q->packed)
+		return vhc_packed_next_used(q, event_idx);
+	uidx = __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE);
 
 	if (uidx == q->last_used) {
 		if (!event_idx)
@@ -564,4 +590,11 @@ int vhc_next_used(struct vhc_queue *q, bool event_idx)
 		return -2; /* the back-end returned something we never gave */
 	q->slots[e.id / 3].busy = false;
 	return (int)(e.id / 3);
+}
+
+bool vhc_used_pending(const struct vhc_queue *q)
+{
+	if (q->packed)
+		return vhc_packed_pending(q);
+	return __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) != q->last_used;
 }

@@ -31,7 +31,7 @@ struct vb_opts {
 	uint64_t count, depth, bufsize, step, offset, seed, reconnect_after, nq, poll_ns;
 	const char *path;
 	uint8_t pattern;
-	bool write, quiet, random, verify, setup_only, reconnect, unsafe, scsi;
+	bool write, quiet, random, verify, setup_only, reconnect, unsafe, scsi, packed;
 };
 
 struct vb {
@@ -178,7 +178,7 @@ static int vb_poll(struct vb *b)
 		for (unsigned i = 0; i < b->c.nq; i++) {
 			struct vhc_queue *q = &b->c.q[i];
 
-			if (__atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) == q->last_used)
+			if (!vhc_used_pending(q))
 				continue;
 			ret = vb_reap_ring(b, q, false);
 			if (ret)
@@ -310,6 +310,7 @@ enum {
 	OPT_RECONNECT_AFTER,
 	OPT_POLL,
 	OPT_SCSI,
+	OPT_PACKED,
 };
 
 static const struct option vb_long_opts[] = {
@@ -325,6 +326,7 @@ static const struct option vb_long_opts[] = {
 	{"reconnect-after", required_argument, NULL, OPT_RECONNECT_AFTER},
 	{"poll-max-ns", required_argument, NULL, OPT_POLL},
 	{"scsi", no_argument, NULL, OPT_SCSI},
+	{"packed", no_argument, NULL, OPT_PACKED},
 	{"force-share", no_argument, NULL, 'U'},
 	{NULL, 0, NULL, 0},
 };
@@ -335,10 +337,12 @@ static void vb_usage(void)
 	       "         [-d depth] [-s buffer_size] [-S step_size] [-o offset] [-w] [-q]\n"
 	       "         [--pattern=BYTE] [--random [--seed=N]] [--verify] [--setup-only]\n"
 	       "         [--reconnect] [--reconnect-after=N] [--poll-max-ns=NS] [--scsi]\n"
+	       "         [--packed]\n"
 	       "Drives a vhost-user-blk back-end (ioplane serve --vhost-user-blk,\n"
 	       "qemu-storage-daemon) as a guest would; depth is spread over the queues.\n"
 	       "--scsi: the back-end is vhost-user-scsi (LUN 0; READ/WRITE 16, SYNCHRONIZE\n"
 	       "  CACHE); --num-queues counts request queues\n"
+	       "--packed: packed virtqueues (VIRTIO_F_RING_PACKED; not with --reconnect)\n"
 	       "--verify: writes carry offset-derived data that reads check\n"
 	       "--setup-only: connect, bring every queue up, report the time, quit\n"
 	       "--reconnect: ride out a back-end restart (inflight area)\n"
@@ -433,6 +437,9 @@ static int vb_opt(int c, const char *arg, struct vb_opts *o)
 	case OPT_SCSI:
 		o->scsi = true;
 		return 0;
+	case OPT_PACKED:
+		o->packed = true;
+		return 0;
 	default: /* getopt said what was wrong */
 		fprintf(stderr, "Try '%s --help' for more information\n", PROG);
 		return -EINVAL;
@@ -453,6 +460,15 @@ static int vb_parse(int argc, char **argv, struct vb_opts *o)
 	}
 	if (optind != argc) {
 		fprintf(stderr, "%s: --vhost-user takes no image file name\n", PROG);
+		return -EINVAL;
+	}
+	if (o->packed && (o->reconnect || o->reconnect_after)) {
+		fprintf(stderr, "%s: --packed has no inflight area to reconnect with\n", PROG);
+		return -EINVAL;
+	}
+	if (o->scsi && o->nq > VU_MAX_QUEUES - 2) {
+		fprintf(stderr, "%s: --scsi takes at most %u request queues\n", PROG,
+			VU_MAX_QUEUES - 2);
 		return -EINVAL;
 	}
 	if (!o->bufsize || o->bufsize % 512 || (o->verify && o->bufsize % 8)) {
@@ -542,6 +558,7 @@ int cmd_bench_vhost(int argc, char **argv)
 	b.c.path = b.o.path;
 	b.c.want_inflight = b.o.reconnect || b.o.reconnect_after;
 	b.c.scsi = b.o.scsi;
+	b.c.packed = b.o.packed;
 	b.epfd = epoll_create1(EPOLL_CLOEXEC);
 	b.hist = calloc(HIST_BUCKETS, sizeof(*b.hist));
 	ret = vhc_init(&b.c, (unsigned)b.o.nq, (unsigned)b.o.depth, (uint32_t)b.o.bufsize);

@@ -41,6 +41,12 @@ struct vhc_queue {
 	uint16_t kicked_idx; /* avail idx at the last publish */
 	uint16_t last_used;
 	int kick_fd, call_fd;
+	/* Packed layout: the descriptor ring at desc_gpa, the driver event
+	 * area at avail_gpa, the device event area at used_gpa. */
+	bool packed;
+	bool avail_wrap, used_wrap;
+	uint16_t pk_avail, pk_used; /* next slot to make available, to find used */
+	uint8_t *pk_ndesc;          /* descriptors each request slot took */
 	struct vhc_slot *slots;
 	unsigned nslots;
 	unsigned *free;
@@ -56,6 +62,7 @@ struct vhc {
 	uint64_t features, pf; /* negotiated */
 	bool want_inflight;
 	bool scsi;          /* virtio-scsi: queues 0 and 1 are control and event */
+	bool packed;        /* VIRTIO_F_RING_PACKED */
 	unsigned first_req; /* the first request queue: 0, or 2 for scsi */
 	int inflight_fd;
 	uint64_t inflight_size;
@@ -88,5 +95,16 @@ bool vhc_event_idx(const struct vhc *c);
 bool vhc_slot_ok(const struct vhc *c, const struct vhc_slot *sl);
 /* scsi: a READ CAPACITY (16) answer in sl's buffer: sets c->capacity. */
 void vhc_scsi_capacity(struct vhc *c, const struct vhc_slot *sl);
+
+/* True when q has used entries we have not taken. */
+bool vhc_used_pending(const struct vhc_queue *q);
+
+/* ---- bench-vhost-packed.c: the driver side of packed rings ---- */
+void vhc_packed_init(struct vhc_queue *q);
+/* Make the chain d[0..] (NEXT flags, split next indices from 3 * s) of slot s available. */
+void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d);
+bool vhc_packed_kick_wanted(const struct vhc_queue *q);
+int vhc_packed_next_used(struct vhc_queue *q, bool arm);
+bool vhc_packed_pending(const struct vhc_queue *q);
 
 #endif
