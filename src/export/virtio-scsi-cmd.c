@@ -100,9 +100,14 @@ static void cmd_complete(struct blk_request *breq, int ret)
 	struct vscsi_req *r = (struct vscsi_req *)breq;
 
 	if (ret == -ENOTSUP && breq->op == BLK_OP_DISCARD)
-		ret = 0; /* UNMAP is a hint */
-	if (ret == 0 && r->next_ext < r->next_ext_end && submit_ext(r) == 0)
-		return;
+		ret = 0;                                    /* UNMAP is a hint */
+	while (ret == 0 && r->next_ext < r->next_ext_end) { /* the next UNMAP range */
+		ret = submit_ext(r);
+		if (ret == 0)
+			return;
+		if (ret == -ENOTSUP || ret == 1)
+			ret = 0;
+	}
 	r->v.error = ret < 0 ? ret : 0;
 	if (ret < 0) {
 		finish_check(r, ret == -ENOSPC ? SCSI_SENSE_DATA_PROTECT : SCSI_SENSE_MEDIUM_ERROR,
@@ -127,23 +132,30 @@ static int submit(struct vscsi_req *r, uint8_t op, uint32_t flags, uint64_t off,
 	return blk_submit(__atomic_load_n(&r->lun->bs, __ATOMIC_ACQUIRE), b);
 }
 
-/* The next UNMAP range. */
+/* The next UNMAP range that is not empty; 1 when none is left. */
 static int submit_ext(struct vscsi_req *r)
 {
-	const struct scsi_extent *x = &r->ext[r->next_ext++];
+	const struct scsi_extent *x;
 	uint32_t bs = r->lun->lu.block_size;
+
+	while (r->next_ext < r->next_ext_end && !r->ext[r->next_ext].nblocks)
+		r->next_ext++;
+	if (r->next_ext == r->next_ext_end)
+		return 1;
+	x = &r->ext[r->next_ext++];
 
 	r->v.breq.iov = NULL;
 	r->v.breq.iovcnt = 0;
 	return submit(r, BLK_OP_DISCARD, 0, x->lba * bs, (uint64_t)x->nblocks * bs);
 }
 
-/* blk_submit() refused at once: answer now (done is not called). */
+/* blk_submit() refused at once, or (1) there was nothing to submit: answer
+ * now (done is not called). */
 static enum vblk_submit_result started(struct vscsi_req *r, int ret)
 {
 	if (ret == 0)
 		return VBLK_SUBMITTED;
-	if (ret == -ENOTSUP && r->v.breq.op == BLK_OP_DISCARD) {
+	if (ret == 1 || (ret == -ENOTSUP && r->v.breq.op == BLK_OP_DISCARD)) {
 		r->status = SCSI_STATUS_GOOD;
 		respond(r, 0);
 		return VBLK_FINISHED;
@@ -227,13 +239,6 @@ static enum vblk_submit_result do_unmap(struct vscsi_req *r, const struct scsi_c
 		return finish_check(r, err.key, err.asc);
 	r->next_ext = 0;
 	r->next_ext_end = (unsigned)n;
-	while (r->next_ext < r->next_ext_end && !r->ext[r->next_ext].nblocks)
-		r->next_ext++;
-	if (r->next_ext == r->next_ext_end) {
-		r->status = SCSI_STATUS_GOOD;
-		respond(r, 0);
-		return VBLK_FINISHED;
-	}
 	return started(r, submit_ext(r));
 }
 

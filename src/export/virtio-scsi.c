@@ -90,7 +90,8 @@ int vscsi_lun_add(struct vscsi_dev *d, unsigned lun, struct blk_node *bs, const 
 	if (lun >= SCSI_MAX_LUNS)
 		return -EINVAL;
 	l = &d->luns[lun];
-	if (atomic_load(&l->present) || atomic_load(&l->refs) || l->bs)
+	/* bs is cleared only once a removal's commands are done. */
+	if (atomic_load(&l->present) || l->bs)
 		return -EEXIST;
 	if (d->writable && bs->read_only)
 		return -EROFS;

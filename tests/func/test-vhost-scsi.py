@@ -130,8 +130,10 @@ def test_commands(s, img):
         f.seek(8 * 512)
         if f.read(4096) != pattern:
             fail('the image file does not hold the data written')
-    # UNMAP blocks 8..11, WRITE SAME 16 with UNMAP over 12..15: zeroes.
-    plist = struct.pack('>HHI', 22, 16, 0) + struct.pack('>QII', 8, 4, 0)
+    # UNMAP blocks 8..11 (two ranges and an empty one), WRITE SAME 16 with UNMAP over
+    # 12..15: zeroes.
+    plist = struct.pack('>HHI', 54, 48, 0) + struct.pack('>QII', 8, 2, 0) + \
+        struct.pack('>QII', 0, 0, 0) + struct.pack('>QII', 10, 2, 0)
     s.good(bytes([0x42, 0, 0, 0, 0, 0, 0, 0, len(plist), 0]), 'UNMAP', data_out=plist)
     ws = struct.pack('>BBQIBB', 0x93, 0x08, 12, 4, 0, 0)
     s.good(ws, 'WRITE SAME 16', data_out=bytes(512))
