@@ -17,6 +17,7 @@
 #include "block/block.h"
 #include "export/scsi.h"
 #include "export/virtio-scsi.h"
+#define FUZZ_NULL_IMAGE
 #include "fuzz.h"
 #include "loop/loop.h"
 #include "util/log.h"
@@ -32,25 +33,6 @@ static struct vscsi_req fz_req;
 static struct iovec fz_iov[16];
 static uint8_t fz_buf[FZ_BUF];
 static bool fz_done_flag;
-
-static int fz_init(void)
-{
-	struct loop_opts lo = {.poll_max_ns = 0};
-	struct kv_opts o = {0};
-	char err[128];
-	int ret;
-
-	log_set_level(LOG_ERR);
-	ret = loop_new(&lo, &fz_loop);
-	if (ret < 0)
-		return ret;
-	loop_bind_current(fz_loop);
-	ret = kv_parse(&o, "driver=null,size=64K,read-zeroes=on", NULL);
-	if (!ret)
-		ret = blk_open(&o, &fz_bs, err, sizeof(err));
-	kv_free(&o);
-	return ret;
-}
 
 static void fz_done(struct vblk_req *r)
 {
@@ -112,7 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint64_t in_len;
 	int i;
 
-	if (!fz_loop && fz_init() < 0)
+	if (!fz_loop && fuzz_null_image(&fz_loop, &fz_bs) < 0)
 		return 0;
 	memcpy(in, data, size < sizeof(in) ? size : sizeof(in));
 	memset(fz_buf, 0, FZ_BUF);
