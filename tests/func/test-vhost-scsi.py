@@ -4,8 +4,10 @@ INQUIRY, REPORT LUNS (LUNs from luns=[...]), READ CAPACITY, data written through
 read back and found in the image file, UNMAP and WRITE SAME (16) with UNMAP reading back
 zeroes, SYNCHRONIZE CACHE, MODE SENSE's write cache bit, CHECK CONDITION with fixed sense
 for an unknown operation code, an LBA past the end and a missing LUN, BAD_TARGET for
-target 1; task management on the control queue; a LUN hot-added and removed over QMP
-(x-vhost-user-scsi-lun-add/-remove) with its transport reset events on the event queue;
+target 1; task management on the control queue, a LUN reset waiting for a slow READ; a
+LUN hot-added and removed over QMP (x-vhost-user-scsi-lun-add/-remove) with its
+transport reset events on the event queue; block-export-add with luns over QMP and the
+LUN commands' errors; RESET_DEVICE as QEMU sends it;
 a chain without room for the response stops that queue only; then `ioplane bench
 --vhost-user --scsi --verify` on the same export and a clean stop.
 Exit 0 pass, 77 skip, 1 fail (scripts/test.sh conventions)."""
@@ -165,6 +167,59 @@ def tmf(ctrl, mem, sub, lun, n):
     return mem[b + 0x40]
 
 
+def test_tmf_waits(ctrl, mem, s):
+    """A LUN reset while a READ of the slow LUN 3 (null, 300 ms) is in flight answers
+    only after the READ completed: the used ring of the control queue gets nothing
+    before the request queue has its entry."""
+    b = Scsi.BUF
+    hdr = bytes([1, 0, 0x40, 3, 0, 0, 0, 0]) + bytes(11) + rw10(0x28, 0, 8).ljust(32, b'\0')
+    s.mem[b:b + HDR] = hdr
+    offer(s.q, [(b, HDR, F_NEXT, 1), (b + 0x100, RESP, F_WRITE | F_NEXT, 2),
+                (b + 0x400, 4096, F_WRITE, 0)])
+    s.n += 1
+    n = ctrl.used_idx() + 1
+    t = 0x50000
+    mem[t:t + 24] = struct.pack('<II', 0, 5) + bytes([1, 0, 0x40, 3, 0, 0, 0, 0]) + bytes(8)
+    mem[t + 0x40] = 0xee
+    offer(ctrl, [(t, 24, F_NEXT, 1), (t + 0x40, 1, F_WRITE, 0)])
+    ctrl.wait_used(n, 'LUN reset of LUN 3')
+    if s.q.used_idx() < s.n:
+        fail('the LUN reset answered while a READ of the LUN was still in flight')
+    if mem[t + 0x40] != 0:
+        fail('LUN reset with a command in flight: response %d' % mem[t + 0x40])
+    print('task management waits for the LUN: ok')
+
+
+def test_qmp_exports(qmp, tmp):
+    """block-export-add of a vhost-user-scsi export with luns over QMP, and what is
+    refused."""
+    sock = os.path.join(tmp, 'q.sock')
+    args = {'type': 'vhost-user-scsi', 'id': 'q0', 'node-name': 'n1', 'writable': True,
+            'addr': {'type': 'unix', 'path': sock}, 'num-queues': 1,
+            'luns': [{'lun': 4, 'node-name': 'n2'}]}
+    r = qmp.cmd('block-export-add', args)
+    if r != {'return': {}}:
+        fail('block-export-add vhost-user-scsi: %r' % r)
+    for bad, what in (({'id': 'q0', 'lun': 300, 'node-name': 'n3'}, 'LUN 300'),
+                      ({'id': 'q0', 'lun': 4, 'node-name': 'n3'}, 'a LUN in use'),
+                      ({'id': 'q0', 'lun': 5, 'node-name': 'n2'}, 'a node that is a LUN'),
+                      ({'id': 'q0', 'lun': 5, 'node-name': 'nope'}, 'a missing node'),
+                      ({'id': 'q0', 'lun': 5, 'node-name': 'ro'}, 'a read-only node'),
+                      ({'id': 's9', 'lun': 5, 'node-name': 'n3'}, 'a missing export')):
+        r = qmp.cmd('x-vhost-user-scsi-lun-add', bad)
+        if 'error' not in r:
+            fail('lun-add of %s was accepted' % what)
+    r = qmp.cmd('x-vhost-user-scsi-lun-remove', {'id': 'q0', 'lun': 4})
+    if r != {'return': {}}:
+        fail('lun-remove on the QMP export: %r' % r)
+    r = qmp.cmd('block-export-del', {'id': 'q0'})
+    if r != {'return': {}}:
+        fail('block-export-del: %r' % r)
+    if qmp.wait_event('BLOCK_EXPORT_DELETED', {'id': 'q0'}) is None:
+        fail('no BLOCK_EXPORT_DELETED for q0')
+    print('QMP: ok')
+
+
 def test_tmf(ctrl, mem):
     for n, (sub, lun, want) in enumerate(((5, 0, 0), (0, 0, 0), (4, 0, 0), (2, 0, 11),
                                           (5, 9, 12)), 1):
@@ -244,6 +299,8 @@ def run(tmp):
         '--blockdev', 'driver=file,filename=%s,node-name=n0' % img,
         '--blockdev', 'driver=null-co,node-name=n1,size=%d' % (8 << 20),
         '--blockdev', 'driver=null-co,node-name=n2,size=%d' % (16 << 20),
+        '--blockdev', 'driver=null-co,node-name=n3,size=%d,latency-ns=300000000' % (1 << 20),
+        '--blockdev', 'driver=null-co,node-name=ro,size=%d,read-only=on' % (1 << 20),
         '--export', 'type=vhost-user-scsi,id=s0,node-name=n0,writable=on,num-queues=2,'
         'addr.type=unix,addr.path=%s,luns.0.lun=2,luns.0.node-name=n1' % sock])
     ok = False
@@ -263,6 +320,11 @@ def run(tmp):
         test_commands(s, img)
         test_tmf(ctrl, mem)
         test_hotplug(qmp, s, evq, mem)
+        r = qmp.cmd('x-vhost-user-scsi-lun-add', {'id': 's0', 'lun': 3, 'node-name': 'n3'})
+        if r != {'return': {}}:
+            fail('lun-add of the slow LUN: %r' % r)
+        test_tmf_waits(ctrl, mem, s)
+        test_qmp_exports(qmp, tmp)
         test_broken(q3, s)
         if readable(req.err):
             fail('the other request queue stopped too')
