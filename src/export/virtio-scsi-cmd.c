@@ -17,10 +17,29 @@
 #define UNMAP_PARAM_MAX (8 + 16 * SCSI_UNMAP_MAX)
 #define ASC_SPACE_ALLOC_FAILED 0x2707
 
-/* Write the response (to the front of the writable part) and drop the LUN. */
+/* The header and the response nearly always sit in one descriptor each:
+ * copied at once then, else through the iovec walk. */
+static inline void chain_read(const struct iovec *iov, unsigned cnt, void *buf, size_t len)
+{
+	if (cnt && iov[0].iov_len >= len)
+		memcpy(buf, iov[0].iov_base, len);
+	else
+		iov_to_buf(iov, (int)cnt, 0, buf, len);
+}
+
+static inline void chain_write(const struct iovec *iov, unsigned cnt, const void *buf, size_t len)
+{
+	if (cnt && iov[0].iov_len >= len)
+		memcpy(iov[0].iov_base, buf, len);
+	else
+		iov_from_buf(iov, (int)cnt, 0, buf, len);
+}
+
+/* Write the response (to the front of the writable part) and drop the LUN.
+ * Sense bytes past sense_len are left alone: the driver reads none of them. */
 static void respond(struct vscsi_req *r, uint32_t data_len)
 {
-	uint8_t resp[RESP_FIXED + VSCSI_SENSE_MAX] = {0};
+	uint8_t resp[RESP_FIXED + SCSI_SENSE_LEN];
 	uint32_t v;
 
 	if (r->saved.iov_base) /* the data-in slice cut into the response's iovec */
@@ -29,11 +48,12 @@ static void respond(struct vscsi_req *r, uint32_t data_len)
 	memcpy(resp, &v, 4);
 	v = htole32(r->resid);
 	memcpy(resp + 4, &v, 4);
+	resp[8] = resp[9] = 0; /* status qualifier */
 	resp[10] = r->status;
 	resp[11] = r->response;
 	if (r->sense_len)
 		scsi_sense_fixed(resp + RESP_FIXED, r->key, r->asc);
-	iov_from_buf(r->v.iov + r->v.nout, (int)r->v.nin, 0, resp, r->resp_size);
+	chain_write(r->v.iov + r->v.nout, r->v.nin, resp, RESP_FIXED + r->sense_len);
 	r->v.used_len = r->resp_size + data_len;
 	vscsi_lun_put(r->lun);
 	r->lun = NULL;
@@ -267,11 +287,16 @@ static unsigned lun_list(struct vscsi_dev *d, uint16_t *luns)
 	return n;
 }
 
+/* Emulated commands' data-in and REPORT LUNS' list: per thread, off the
+ * stack of every READ and WRITE. */
+static _Thread_local uint8_t emul_buf[SCSI_EMUL_MAX];
+static _Thread_local uint16_t emul_luns[SCSI_MAX_LUNS];
+
 static enum vblk_submit_result run(struct vscsi_req *r, const uint8_t *cdb, uint32_t cdb_size,
 				   uint32_t hdr_len)
 {
-	uint8_t buf[SCSI_EMUL_MAX];
-	uint16_t luns[SCSI_MAX_LUNS];
+	uint8_t *buf = emul_buf;
+	uint16_t *luns = emul_luns;
 	unsigned nluns = cdb[0] == 0xa0 ? lun_list(r->dev, luns) : 0; /* REPORT LUNS */
 	struct scsi_cmd c;
 
@@ -302,6 +327,8 @@ enum vblk_submit_result vscsi_cmd_submit(struct vscsi_req *r)
 	uint32_t sense = atomic_load_explicit(&r->dev->sense_size, memory_order_relaxed);
 	uint8_t hdr[HDR_FIXED + VSCSI_CDB_MAX];
 	uint32_t hdr_len = HDR_FIXED + cdb_size;
+	/* No command ioplane knows has a CDB longer than 16 bytes. */
+	uint32_t cdb_used = cdb_size < 16 ? cdb_size : 16;
 	int lun;
 
 	r->resp_size = RESP_FIXED + sense;
@@ -313,10 +340,10 @@ enum vblk_submit_result vscsi_cmd_submit(struct vscsi_req *r)
 	r->status = SCSI_STATUS_GOOD;
 	r->response = VIRTIO_SCSI_S_OK;
 	r->sense_len = 0;
-	iov_to_buf(r->v.iov, (int)r->v.nout, 0, hdr, hdr_len);
+	chain_read(r->v.iov, r->v.nout, hdr, HDR_FIXED + cdb_used);
 	lun = vscsi_lun_decode(hdr);
 	if (lun < 0)
 		return finish_response(r, VIRTIO_SCSI_S_BAD_TARGET);
 	r->lun = vscsi_lun_get(r->dev, (unsigned)lun);
-	return run(r, hdr + HDR_FIXED, cdb_size, hdr_len);
+	return run(r, hdr + HDR_FIXED, cdb_used, hdr_len);
 }
