@@ -11,11 +11,19 @@
 # ioplane's targets: CPU/IO <= 0.5x qsd, IOPS at depth 64 >= 1.5x, syscalls/IO at depth
 # 64 <= 0.2, 256 queues ready in <= 20 ms and setup time linear in the queue count.
 #
+# Then ioplane against itself (qsd has neither), null backend, depth 64, one queue, the
+# same client: row "scsi": server CPU per I/O of a vhost-user-scsi export (client
+# --scsi: READ 16 on LUN 0) over that of a vhost-user-blk export, target <= 1.2; row
+# "packed": packed virtqueues (client --packed) over split ones on vhost-user-blk,
+# target <= 1.0; row "scsi-setup": the setup time of a vhost-user-scsi export for
+# --setup-queues request queues (256 means 254: the control and event queues make the
+# 256 virtqueues vhost-user allows), target linear and <= 20 ms at the largest.
+#
 #   bench/compare-vhost-user.sh [--count N] [--reps N] [--backends "null file"]
 #        [--depths "1 64"] [--queues "1 2"] [--setup-queues "1 16 64 256"]
 #        [--guests "irq poll"] [--guest-poll-ns NS]
 #        [--iothreads N] [--strace-count N] [--file PATH] [--quick] [--strict]
-#        [--ioplane-args "SERVE OPTIONS"]
+#        [--ioplane-args "SERVE OPTIONS"] [--rows "qsd scsi packed scsi-setup"]
 #
 # Every row runs with two kinds of guest, the same for both servers:
 #   irq   sleeps until the back-end signals the call eventfd, as a guest driver that
@@ -55,6 +63,8 @@ strace_count=50000
 file=
 strict=0
 ioplane_args=()
+rows="qsd scsi packed scsi-setup"
+client_extra=()
 
 usage() {
 	sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" >&2
@@ -77,13 +87,17 @@ while [ $# -gt 0 ]; do
 	--quick) count=50000; reps=1; strace_count=20000 ;;
 	--strict) strict=1 ;;
 	--ioplane-args) read -r -a ioplane_args <<<"${2?}"; shift ;;
+	--rows) rows=${2:?}; shift ;;
 	-h | --help) usage ;;
 	*) echo "unknown option $1" >&2; usage ;;
 	esac
 	shift
 done
 
-for c in qemu-storage-daemon strace python3; do
+has_row() { [[ " $rows " == *" $1 "* ]]; }
+need="python3"
+has_row qsd && need="qemu-storage-daemon strace python3"
+for c in $need; do
 	command -v "$c" >/dev/null || { echo "compare-vhost-user: $c is not installed" >&2; exit 1; }
 done
 [ -x "$IOPLANE" ] || { echo "compare-vhost-user: no $IOPLANE (set IOPLANE)" >&2; exit 1; }
@@ -97,7 +111,7 @@ cleanup() {
 trap cleanup EXIT
 sock=$tmp/vhost.sock
 
-if [[ " $backends " == *" file "* ]] && [ -z "$file" ]; then
+if has_row qsd && [[ " $backends " == *" file "* ]] && [ -z "$file" ]; then
 	file=$tmp/disk.raw
 	dd if=/dev/urandom of="$file" bs=1M count=1024 status=none
 fi
@@ -106,7 +120,13 @@ fi
 start() {
 	local srv=$1 be=$2 nq=$3 i
 	rm -f "$sock"
-	if [ "$srv" = ioplane ]; then
+	if [ "$srv" = ioplane-blk ] || [ "$srv" = ioplane-scsi ]; then # rows 2-4: null only
+		[ "$srv" = ioplane-scsi ] && [ "$nq" -gt 254 ] && nq=254
+		"$IOPLANE" serve --iothreads "$iothreads" "${ioplane_args[@]}" \
+			--blockdev driver=null-co,node-name=d,size=1073741824 \
+			--export "type=vhost-user-${srv#ioplane-},id=e0,node-name=d,num-queues=$nq,addr.type=unix,addr.path=$sock" \
+			>"$tmp/server.log" 2>&1 &
+	elif [ "$srv" = ioplane ]; then
 		local img="d,driver=null,size=1G"
 		[ "$be" = file ] && img="d,file=$file,format=raw,cache=writeback,aio=io_uring"
 		"$IOPLANE" serve --iothreads "$iothreads" "${ioplane_args[@]}" --image "$img" \
@@ -141,7 +161,7 @@ cpu_ns() {
 }
 
 client() {
-	timeout -k 5 300 "$IOPLANE" bench --vhost-user "$sock" "$@" && return 0
+	timeout -k 5 300 "$IOPLANE" bench --vhost-user "$sock" ${client_extra[@]+"${client_extra[@]}"} "$@" && return 0
 	echo "compare-vhost-user: client failed against $(ps -o comm= -p "$spid"): $*" >&2
 	tail -n 20 "$tmp/server.log" >&2
 	return 1
@@ -201,10 +221,43 @@ median() {
 	sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}'
 }
 
-declare -A IOPS CPU SYS SETUP
+declare -A IOPS CPU SYS SETUP OWN
 maxq=0
 for q in $queues; do [ "$q" -gt "$maxq" ] && maxq=$q; done
+missed=0
 
+ratio() {
+	python3 -c "a, b = float('$1' or 0), float('$2' or 0); print('%.2f' % (a / b) if b else 'n/a')"
+}
+
+check() { # VALUE OP LIMIT
+	if python3 -c "import sys; sys.exit(0 if float('$1') $2 float('$3') else 1)" 2>/dev/null; then
+		echo "ok"
+	else
+		missed=1
+		echo "MISSED"
+	fi
+}
+
+# One setup measurement; a server that dropped the connection is restarted and the
+# measurement retried (qemu-storage-daemon 7.2 sometimes panics in libvhost-user with
+# "Error writing eventfd: Bad file descriptor" when a front-end stops its rings right
+# after the last completion: the notification races with GET_VRING_BASE).
+setup_once() {
+	local srv=$1 q=$2 try out
+	for try in 1 2 3; do
+		if out=$(client --num-queues "$q" --setup-only 2>>"$tmp/setup.err"); then
+			sed -n 's/.*ready in \([0-9.]*\) ms.*/\1/p' <<<"$out"
+			return 0
+		fi
+		echo "compare-vhost-user: $srv dropped the connection; restarting it" >&2
+		stop
+		start "$srv" null 256
+	done
+	return 1
+}
+
+if has_row qsd; then
 for be in $backends; do
 	for d in $depths; do
 		for q in $queues; do
@@ -233,24 +286,6 @@ for be in $backends; do
 	done
 done
 
-# One setup measurement; a server that dropped the connection is restarted and the
-# measurement retried (qemu-storage-daemon 7.2 sometimes panics in libvhost-user with
-# "Error writing eventfd: Bad file descriptor" when a front-end stops its rings right
-# after the last completion: the notification races with GET_VRING_BASE).
-setup_once() {
-	local srv=$1 q=$2 try out
-	for try in 1 2 3; do
-		if out=$(client --num-queues "$q" --setup-only 2>>"$tmp/setup.err"); then
-			sed -n 's/.*ready in \([0-9.]*\) ms.*/\1/p' <<<"$out"
-			return 0
-		fi
-		echo "compare-vhost-user: $srv dropped the connection; restarting it" >&2
-		stop
-		start "$srv" null 256
-	done
-	return 1
-}
-
 # Kernel CPU time of one 4 KiB random read from the page cache (read(2) and copy).
 floor=
 if [[ " $backends " == *" file "* ]] && command -v fio >/dev/null; then
@@ -274,20 +309,6 @@ for srv in ioplane qsd; do
 	done
 	stop
 done
-
-ratio() {
-	python3 -c "a, b = float('$1' or 0), float('$2' or 0); print('%.2f' % (a / b) if b else 'n/a')"
-}
-
-missed=0
-check() { # VALUE OP LIMIT
-	if python3 -c "import sys; sys.exit(0 if float('$1') $2 float('$3') else 1)" 2>/dev/null; then
-		echo "ok"
-	else
-		missed=1
-		echo "MISSED"
-	fi
-}
 
 echo
 echo "4 KiB random reads, $count requests per run, median of $reps; ioplane --iothreads $iothreads"
@@ -351,5 +372,87 @@ per1=$(python3 -c "print('%.3f' % (float('${SETUP[ioplane,$first]}') / $first))"
 perN=$(python3 -c "print('%.3f' % (float('${SETUP[ioplane,$last]}') / $last))")
 echo "  linear: ms/queue at $first: $per1, at $last: $perN (per-queue cost must not grow)" \
 	"$(check "$perN" '<=' "$(python3 -c "print(max(float('$per1'), 0.05) * 1.5)")")"
+fi # qsd rows
+
+# own_cpu SRV NAME EXTRA...: server CPU per I/O (us) of ioplane export SRV at depth 64,
+# one queue, for every guest kind, median of --reps, into OWN[NAME,guest].
+own_cpu() {
+	local s=$1 name=$2 g r
+	shift 2
+	srv=$s be=null maxq=1
+	client_extra=("$@")
+	start "$srv" null 1
+	client -d 64 -c 5000 --random -q # warm-up
+	for g in $guests; do
+		: >"$tmp/cpu"
+		for ((r = 0; r < reps; r++)); do
+			run 64 1 "$g" >"$tmp/run.out"
+			read -r _ c <"$tmp/run.out"
+			echo "$c" >>"$tmp/cpu"
+		done
+		OWN[$name,$g]=$(median <"$tmp/cpu")
+	done
+	stop
+	client_extra=()
+}
+
+own_rows=
+if has_row scsi; then
+	own_cpu ioplane-blk blk
+	own_cpu ioplane-scsi scsi --scsi
+	own_rows="$own_rows scsi"
+fi
+if has_row packed; then
+	[ -n "${OWN[blk,${guests%% *}]:-}" ] || own_cpu ioplane-blk blk
+	own_cpu ioplane-blk packed --packed
+	own_rows="$own_rows packed"
+fi
+if [ -n "$own_rows" ]; then
+	echo
+	echo "ioplane against itself: null backend, 4 KiB random reads, depth 64, one queue," \
+		"$((count * 8)) requests per run, median of $reps (server us CPU/IO)"
+	printf '%-7s %5s | %9s %9s %6s | %s\n' row guest blk "this" ratio target
+	for row in $own_rows; do
+		lim=1.2
+		[ "$row" = packed ] && lim=1.0
+		for g in $guests; do
+			r=$(ratio "${OWN[$row,$g]}" "${OWN[blk,$g]}")
+			printf '%-7s %5s | %9.3f %9.3f %6s | <= %s %s\n' "$row" "$g" "${OWN[blk,$g]}" \
+				"${OWN[$row,$g]}" "$r" "$lim" "$(check "$r" '<=' "$lim")"
+		done
+	done
+fi
+
+if has_row scsi-setup; then
+	srv=ioplane-scsi
+	client_extra=(--scsi)
+	start ioplane-scsi null 256
+	for q in $setup_queues; do
+		n=$q
+		[ "$n" -gt 254 ] && n=254
+		: >"$tmp/setup"
+		for ((r = 0; r < reps + 2; r++)); do
+			setup_once ioplane-scsi "$n" >>"$tmp/setup"
+		done
+		SETUP[scsi,$q]=$(median <"$tmp/setup")
+	done
+	stop
+	client_extra=()
+	echo
+	echo "vhost-user-scsi: time from connect until every request queue answered (ms, median of $((reps + 2)))"
+	printf '%6s | %9s %9s\n' queues ms ms/queue
+	for q in $setup_queues; do
+		printf '%6s | %9s %9s\n' "$q" "${SETUP[scsi,$q]}" \
+			"$(python3 -c "print('%.4f' % (float('${SETUP[scsi,$q]}') / $q))")"
+	done
+	last=${setup_queues##* }
+	first=${setup_queues%% *}
+	per1=$(python3 -c "print('%.3f' % (float('${SETUP[scsi,$first]}') / $first))")
+	perN=$(python3 -c "print('%.3f' % (float('${SETUP[scsi,$last]}') / $last))")
+	echo "  vhost-user-scsi $last queues ready <= 20 ms: ${SETUP[scsi,$last]}" \
+		"$(check "${SETUP[scsi,$last]}" '<=' 20)"
+	echo "  vhost-user-scsi linear: ms/queue at $first: $per1, at $last: $perN" \
+		"$(check "$perN" '<=' "$(python3 -c "print(max(float('$per1'), 0.05) * 1.5)")")"
+fi
 [ $strict = 1 ] && [ $missed = 1 ] && exit 1
 exit 0

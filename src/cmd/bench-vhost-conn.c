@@ -17,8 +17,11 @@
 #include "cmd/bench-vhost.h"
 
 #define PAGE 4096ull
-#define ALIGN_UP(x, a) (((x) + (a) - 1) & ~((uint64_t)(a) - 1))
-#define SLOT_META 32 /* header (16) and status byte per slot */
+#define ALIGN_UP(x, a) (((x) + (a)-1) & ~((uint64_t)(a)-1))
+#define SLOT_META 256 /* header and status (blk), or header and response (scsi) */
+#define SCSI_RESP_OFF 128
+#define SCSI_HDR_LEN 51   /* lun, id, attributes, 32-byte CDB */
+#define SCSI_RESP_LEN 108 /* 96 bytes of sense */
 #define RECONNECT_WAIT_NS (30ull * 1000000000ull)
 
 static const uint64_t vhc_want_features =
@@ -28,6 +31,9 @@ static const uint64_t vhc_want_features =
 	1ull << VIRTIO_BLK_F_SIZE_MAX | 1ull << VIRTIO_BLK_F_TOPOLOGY | 1ull << VIRTIO_BLK_F_RO |
 	1ull << VIRTIO_BLK_F_CONFIG_WCE | 1ull << VIRTIO_BLK_F_DISCARD |
 	1ull << VIRTIO_BLK_F_WRITE_ZEROES;
+
+static const uint64_t vhc_want_scsi = 1ull << VIRTIO_F_VERSION_1 | 1ull << VIRTIO_RING_F_EVENT_IDX |
+				      1ull << VHOST_USER_F_PROTOCOL_FEATURES;
 
 bool vhc_event_idx(const struct vhc *c)
 {
@@ -77,6 +83,7 @@ static void queue_pointers(struct vhc *c, struct vhc_queue *q)
 		struct vhc_slot *sl = &q->slots[s];
 
 		sl->hdr = (struct virtio_blk_hdr *)(c->mem + sl->hdr_gpa);
+		sl->meta = c->mem + sl->hdr_gpa;
 		sl->status = c->mem + sl->status_gpa;
 		sl->buf = c->mem + sl->buf_gpa;
 		q->free[s] = q->nslots - 1 - s;
@@ -103,15 +110,17 @@ int vhc_init(struct vhc *c, unsigned nq, unsigned depth, uint32_t bufsize)
 	unsigned i, maxslots = 0;
 
 	c->sock = c->memfd = c->inflight_fd = -1;
-	c->nq = nq;
+	c->first_req = c->scsi ? 2 : 0;
+	c->nq = nq + c->first_req;
 	c->depth = depth;
 	c->bufsize = bufsize;
-	c->q = calloc(nq, sizeof(*c->q));
+	c->q = calloc(c->nq, sizeof(*c->q));
 	if (!c->q)
 		return -ENOMEM;
-	for (i = 0; i < nq; i++) {
-		/* depth spread over the queues; every queue gets a slot. */
-		unsigned n = depth / nq + (i < depth % nq);
+	for (i = 0; i < c->nq; i++) {
+		/* depth spread over the request queues; every queue gets a slot. */
+		unsigned r = i - c->first_req;
+		unsigned n = i < c->first_req ? 1 : depth / nq + (r < depth % nq);
 
 		if (queue_alloc(&c->q[i], i, n ? n : 1) < 0)
 			return -ENOMEM;
@@ -121,7 +130,7 @@ int vhc_init(struct vhc *c, unsigned nq, unsigned depth, uint32_t bufsize)
 	c->queue_size = ring_size(maxslots);
 	if (c->queue_size > VRING_MAX_SIZE)
 		return -E2BIG;
-	for (i = 0; i < nq; i++) {
+	for (i = 0; i < c->nq; i++) {
 		c->q[i].num = c->queue_size;
 		queue_layout(c, &c->q[i], &off, stride);
 	}
@@ -134,8 +143,11 @@ int vhc_init(struct vhc *c, unsigned nq, unsigned depth, uint32_t bufsize)
 		c->mem = NULL;
 		return -errno;
 	}
-	for (i = 0; i < nq; i++)
+	for (i = 0; i < c->nq; i++) {
 		queue_pointers(c, &c->q[i]);
+		if (c->packed)
+			vhc_packed_init(&c->q[i]);
+	}
 	return 0;
 }
 
@@ -150,6 +162,7 @@ void vhc_free(struct vhc *c)
 			close(c->q[i].call_fd);
 		free(c->q[i].slots);
 		free(c->q[i].free);
+		free(c->q[i].pk_ndesc);
 	}
 	free(c->q);
 	if (c->mem)
@@ -213,7 +226,9 @@ static int vhc_reply(struct vhc *c, uint32_t req, void *p, uint32_t size, int *f
 	} u;
 	struct vu_msg_hdr h;
 	struct iovec iov = {&h, sizeof(h)};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = u.buf,
 			    .msg_controllen = sizeof(u.buf)};
 	struct cmsghdr *cm;
 	ssize_t n = recvmsg(c->sock, &mh, MSG_WAITALL | MSG_CMSG_CLOEXEC);
@@ -277,9 +292,10 @@ static int vhc_open_socket(struct vhc *c, bool retry)
 
 static int vhc_negotiate(struct vhc *c)
 {
-	uint64_t f, pf, nq, want_pf = 1ull << VHOST_USER_PROTOCOL_F_MQ |
-				     1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK |
-				     1ull << VHOST_USER_PROTOCOL_F_CONFIG;
+	uint64_t f, pf, nq,
+		want_pf = 1ull << VHOST_USER_PROTOCOL_F_MQ |
+			  1ull << VHOST_USER_PROTOCOL_F_REPLY_ACK |
+			  1ull << VHOST_USER_PROTOCOL_F_CONFIG;
 	struct {
 		uint32_t offset, size, flags;
 		struct virtio_blk_config cfg;
@@ -311,7 +327,12 @@ static int vhc_negotiate(struct vhc *c)
 		return ret;
 	c->cfg = cm.cfg;
 	c->capacity = c->cfg.capacity * 512;
-	c->features = f & vhc_want_features;
+	c->features = f & (c->scsi ? vhc_want_scsi : vhc_want_features);
+	if (c->packed) {
+		if (!(f & 1ull << VIRTIO_F_RING_PACKED))
+			return -ENOTSUP;
+		c->features |= 1ull << VIRTIO_F_RING_PACKED;
+	}
 	return vhc_set_u64(c, VHOST_USER_SET_FEATURES, c->features);
 }
 
@@ -347,13 +368,15 @@ static int vhc_inflight(struct vhc *c, bool reconnect)
 
 static int vhc_queue_setup(struct vhc *c, struct vhc_queue *q, bool reconnect)
 {
-	struct vu_vring_addr a = {q->idx, 0, (uintptr_t)q->desc, (uintptr_t)q->used,
-				  (uintptr_t)q->avail, 0};
+	struct vu_vring_addr a = {
+		q->idx, 0, (uintptr_t)q->desc, (uintptr_t)q->used, (uintptr_t)q->avail, 0};
 	/* After a reconnect the back-end finds where it was from the used ring
 	 * (and the inflight area), as QEMU does when GET_VRING_BASE failed. */
-	uint16_t base = reconnect ? __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) : 0;
+	uint32_t base = reconnect ? __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) : 0;
 	uint64_t kick = q->idx, call = q->idx;
 
+	if (c->packed) /* slot 0 with wrap counter 1, avail and used */
+		base = VRING_PACKED_WRAP | VRING_PACKED_WRAP << 16;
 	return vhc_state(c, VHOST_USER_SET_VRING_NUM, q->idx, q->num) ?:
 	       vhc_state(c, VHOST_USER_SET_VRING_BASE, q->idx, base) ?:
 	       vhc_send(c, VHOST_USER_SET_VRING_ADDR, &a, sizeof(a), NULL, 0, false) ?:
@@ -400,20 +423,101 @@ int vhc_disconnect(struct vhc *c)
 
 /* ---- the driver side of the rings --------------------------------------------------------- */
 
+/* A SCSI command for a virtio-blk request type: READ/WRITE (16), SYNCHRONIZE
+ * CACHE (10) for a flush, READ CAPACITY (16) for GET_ID. */
+static void scsi_cdb(uint8_t *cdb, uint32_t type, uint64_t offset, uint32_t len)
+{
+	uint64_t lba = offset / 512;
+	uint32_t n = len / 512;
+
+	memset(cdb, 0, 32);
+	if (type == VIRTIO_BLK_T_FLUSH) {
+		cdb[0] = 0x35;
+		return;
+	}
+	if (type == VIRTIO_BLK_T_GET_ID) {
+		cdb[0] = 0x9e;
+		cdb[1] = 0x10;
+		cdb[13] = 32;
+		return;
+	}
+	cdb[0] = type == VIRTIO_BLK_T_OUT ? 0x8a : 0x88;
+	for (int i = 0; i < 8; i++)
+		cdb[2 + i] = (uint8_t)(lba >> (56 - 8 * i));
+	for (int i = 0; i < 4; i++)
+		cdb[10 + i] = (uint8_t)(n >> (24 - 8 * i));
+}
+
+/* hdr, then data-out and response, or response and data-in. */
+static void scsi_descs(struct vhc_queue *q, unsigned s, uint32_t type, uint32_t len,
+		       struct vring_desc *d)
+{
+	struct vhc_slot *sl = &q->slots[s];
+	uint16_t h = (uint16_t)(3 * s);
+	uint64_t resp = sl->hdr_gpa + SCSI_RESP_OFF;
+
+	d[0] = (struct vring_desc){sl->hdr_gpa, SCSI_HDR_LEN, VRING_DESC_F_NEXT, (uint16_t)(h + 1)};
+	if (type == VIRTIO_BLK_T_OUT) {
+		d[1] = (struct vring_desc){sl->buf_gpa, len, VRING_DESC_F_NEXT, (uint16_t)(h + 2)};
+		d[2] = (struct vring_desc){resp, SCSI_RESP_LEN, VRING_DESC_F_WRITE, 0};
+	} else if (type == VIRTIO_BLK_T_FLUSH) {
+		d[1] = (struct vring_desc){resp, SCSI_RESP_LEN, VRING_DESC_F_WRITE, 0};
+	} else {
+		d[1] = (struct vring_desc){resp, SCSI_RESP_LEN,
+					   VRING_DESC_F_WRITE | VRING_DESC_F_NEXT,
+					   (uint16_t)(h + 2)};
+		d[2] = (struct vring_desc){sl->buf_gpa, len, VRING_DESC_F_WRITE, 0};
+	}
+}
+
+static void scsi_submit(struct vhc_queue *q, unsigned s, uint32_t type, uint64_t offset,
+			uint32_t len, struct vring_desc *d)
+{
+	uint8_t *m = q->slots[s].meta;
+
+	memset(m, 0, SCSI_HDR_LEN);
+	m[0] = 1;    /* target 0 */
+	m[2] = 0x40; /* LUN 0, flat space */
+	m[8] = (uint8_t)s;
+	scsi_cdb(m + 19, type, offset, len);
+	memset(m + SCSI_RESP_OFF, 0xff, 12);
+	scsi_descs(q, s, type, type == VIRTIO_BLK_T_GET_ID ? 32 : len, d);
+}
+
+bool vhc_slot_ok(const struct vhc *c, const struct vhc_slot *sl)
+{
+	if (c->scsi) /* status GOOD, response OK */
+		return sl->meta[SCSI_RESP_OFF + 10] == 0 && sl->meta[SCSI_RESP_OFF + 11] == 0;
+	return *sl->status == VIRTIO_BLK_S_OK;
+}
+
+void vhc_scsi_capacity(struct vhc *c, const struct vhc_slot *sl)
+{
+	uint64_t last = 0;
+	uint32_t bs = 0;
+
+	for (int i = 0; i < 8; i++)
+		last = last << 8 | sl->buf[i];
+	for (int i = 8; i < 12; i++)
+		bs = bs << 8 | sl->buf[i];
+	c->capacity = (last + 1) * bs;
+}
+
 void vhc_submit(struct vhc *c, struct vhc_queue *q, unsigned s, uint32_t type, uint64_t offset,
 		uint32_t len)
 {
 	struct vhc_slot *sl = &q->slots[s];
-	struct vring_desc *d = &q->desc[3 * s];
+	struct vring_desc d[3] = {{0}};
 	bool has_data = type != VIRTIO_BLK_T_FLUSH;
 
-	(void)c;
+	if (c->scsi) {
+		scsi_submit(q, s, type, offset, len, d);
+		goto publish;
+	}
 	sl->hdr->type = type;
 	sl->hdr->ioprio = 0;
 	sl->hdr->sector = offset / 512;
 	*sl->status = 0xff;
-	sl->offset = offset;
-	sl->len = len;
 	d[0] = (struct vring_desc){sl->hdr_gpa, 16, VRING_DESC_F_NEXT,
 				   (uint16_t)(3 * s + (has_data ? 1 : 2))};
 	d[1] = (struct vring_desc){sl->buf_gpa, len,
@@ -421,9 +525,17 @@ void vhc_submit(struct vhc *c, struct vhc_queue *q, unsigned s, uint32_t type, u
 					   (type == VIRTIO_BLK_T_OUT ? 0 : VRING_DESC_F_WRITE),
 				   (uint16_t)(3 * s + 2)};
 	d[2] = (struct vring_desc){sl->status_gpa, 1, VRING_DESC_F_WRITE, 0};
-	q->avail->ring[q->avail_idx & (q->num - 1)] = (uint16_t)(3 * s);
-	q->avail_idx++;
+publish:
+	sl->offset = offset;
+	sl->len = len;
 	sl->busy = true;
+	q->avail_idx++;
+	if (c->packed) {
+		vhc_packed_put(q, s, d);
+		return;
+	}
+	memcpy(&q->desc[3 * s], d, sizeof(d));
+	q->avail->ring[(q->avail_idx - 1) & (q->num - 1)] = (uint16_t)(3 * s);
 }
 
 void vhc_publish(struct vhc_queue *q, bool event_idx)
@@ -433,6 +545,12 @@ void vhc_publish(struct vhc_queue *q, bool event_idx)
 
 	if (q->avail_idx == old)
 		return;
+	if (q->packed) {
+		q->kicked_idx = q->avail_idx;
+		if (vhc_packed_kick_wanted(q))
+			eventfd_write(q->kick_fd, 1);
+		return;
+	}
 	__atomic_store_n(&q->avail->idx, q->avail_idx, __ATOMIC_RELEASE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (event_idx)
@@ -450,7 +568,11 @@ void vhc_publish(struct vhc_queue *q, bool event_idx)
 int vhc_next_used(struct vhc_queue *q, bool event_idx)
 {
 	struct vring_used_elem e;
-	uint16_t uidx = __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE);
+	uint16_t uidx;
+
+	if (q->packed)
+		return vhc_packed_next_used(q, event_idx);
+	uidx = __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE);
 
 	if (uidx == q->last_used) {
 		if (!event_idx)
@@ -468,4 +590,11 @@ int vhc_next_used(struct vhc_queue *q, bool event_idx)
 		return -2; /* the back-end returned something we never gave */
 	q->slots[e.id / 3].busy = false;
 	return (int)(e.id / 3);
+}
+
+bool vhc_used_pending(const struct vhc_queue *q)
+{
+	if (q->packed)
+		return vhc_packed_pending(q);
+	return __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) != q->last_used;
 }

@@ -31,7 +31,7 @@ struct vb_opts {
 	uint64_t count, depth, bufsize, step, offset, seed, reconnect_after, nq, poll_ns;
 	const char *path;
 	uint8_t pattern;
-	bool write, quiet, random, verify, setup_only, reconnect, unsafe;
+	bool write, quiet, random, verify, setup_only, reconnect, unsafe, scsi, packed;
 };
 
 struct vb {
@@ -97,7 +97,6 @@ static bool vb_check(struct vb *b, const struct vhc_slot *sl)
 
 /* ---- the request path ------------------------------------------------------------- */
 
-
 static void vb_submit(struct vb *b, struct vhc_queue *q, unsigned s)
 {
 	struct vhc_slot *sl = &q->slots[s];
@@ -125,7 +124,7 @@ static void vb_complete(struct vb *b, struct vhc_queue *q, unsigned s)
 	uint64_t lat = clock_ticks() - sl->start;
 
 	b->in_flight--;
-	if (*sl->status != VIRTIO_BLK_S_OK) {
+	if (!vhc_slot_ok(&b->c, sl)) {
 		vb_fail(b, -EIO);
 		return;
 	}
@@ -179,7 +178,7 @@ static int vb_poll(struct vb *b)
 		for (unsigned i = 0; i < b->c.nq; i++) {
 			struct vhc_queue *q = &b->c.q[i];
 
-			if (__atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE) == q->last_used)
+			if (!vhc_used_pending(q))
 				continue;
 			ret = vb_reap_ring(b, q, false);
 			if (ret)
@@ -251,8 +250,8 @@ static int vb_wait(struct vb *b)
 		if (n <= 0)
 			return n < 0 ? -errno : -ETIMEDOUT;
 		for (i = 0; i < n && !ret; i++)
-			ret = ev[i].data.ptr == SOCK_TAG ? vb_sock_event(b) :
-							   vb_reap(b, ev[i].data.ptr);
+			ret = ev[i].data.ptr == SOCK_TAG ? vb_sock_event(b)
+							 : vb_reap(b, ev[i].data.ptr);
 		if (!ret && b->o.reconnect_after && b->completed >= b->o.reconnect_after) {
 			b->o.reconnect_after = 0; /* once, with requests in flight */
 			ret = vb_connect(b, true);
@@ -268,7 +267,8 @@ static int vb_setup(struct vb *b, double *ms)
 	unsigned i;
 	int ret = vb_connect(b, false);
 
-	for (i = 0; !ret && i < b->c.nq; i++) {
+	for (i = b->c.first_req; !ret && i < b->c.nq; i++) {
+		/* scsi: READ CAPACITY (16) */
 		vhc_submit(&b->c, &b->c.q[i], 0, VIRTIO_BLK_T_GET_ID, 0, VIRTIO_BLK_ID_BYTES);
 		vhc_publish(&b->c.q[i], vhc_event_idx(&b->c));
 		b->in_flight++;
@@ -278,14 +278,16 @@ static int vb_setup(struct vb *b, double *ms)
 		ret = vb_wait(b);
 	b->ready_phase = false;
 	*ms = (double)(clock_mono_ns() - t0) / 1e6;
+	if (!ret && b->c.scsi)
+		vhc_scsi_capacity(&b->c, &b->c.q[b->c.first_req].slots[0]);
 	return ret;
 }
 
 static int vb_flush(struct vb *b)
 {
-	struct vhc_queue *q = &b->c.q[0];
+	struct vhc_queue *q = &b->c.q[b->c.first_req];
 
-	if (!(b->c.features & (1ull << VIRTIO_BLK_F_FLUSH)))
+	if (!b->c.scsi && !(b->c.features & (1ull << VIRTIO_BLK_F_FLUSH)))
 		return 0;
 	vhc_submit(&b->c, q, 0, VIRTIO_BLK_T_FLUSH, 0, 0);
 	vhc_publish(q, vhc_event_idx(&b->c));
@@ -307,6 +309,8 @@ enum {
 	OPT_RECONNECT,
 	OPT_RECONNECT_AFTER,
 	OPT_POLL,
+	OPT_SCSI,
+	OPT_PACKED,
 };
 
 static const struct option vb_long_opts[] = {
@@ -321,6 +325,8 @@ static const struct option vb_long_opts[] = {
 	{"reconnect", no_argument, NULL, OPT_RECONNECT},
 	{"reconnect-after", required_argument, NULL, OPT_RECONNECT_AFTER},
 	{"poll-max-ns", required_argument, NULL, OPT_POLL},
+	{"scsi", no_argument, NULL, OPT_SCSI},
+	{"packed", no_argument, NULL, OPT_PACKED},
 	{"force-share", no_argument, NULL, 'U'},
 	{NULL, 0, NULL, 0},
 };
@@ -330,9 +336,13 @@ static void vb_usage(void)
 	printf("Usage: ioplane bench --vhost-user SOCKET [--num-queues N] [-c count]\n"
 	       "         [-d depth] [-s buffer_size] [-S step_size] [-o offset] [-w] [-q]\n"
 	       "         [--pattern=BYTE] [--random [--seed=N]] [--verify] [--setup-only]\n"
-	       "         [--reconnect] [--reconnect-after=N] [--poll-max-ns=NS]\n"
+	       "         [--reconnect] [--reconnect-after=N] [--poll-max-ns=NS] [--scsi]\n"
+	       "         [--packed]\n"
 	       "Drives a vhost-user-blk back-end (ioplane serve --vhost-user-blk,\n"
 	       "qemu-storage-daemon) as a guest would; depth is spread over the queues.\n"
+	       "--scsi: the back-end is vhost-user-scsi (LUN 0; READ/WRITE 16, SYNCHRONIZE\n"
+	       "  CACHE); --num-queues counts request queues\n"
+	       "--packed: packed virtqueues (VIRTIO_F_RING_PACKED; not with --reconnect)\n"
 	       "--verify: writes carry offset-derived data that reads check\n"
 	       "--setup-only: connect, bring every queue up, report the time, quit\n"
 	       "--reconnect: ride out a back-end restart (inflight area)\n"
@@ -369,31 +379,67 @@ static int vb_opt(int c, const char *arg, struct vb_opts *o)
 	uint64_t v;
 
 	switch (c) {
-	case 'c': return vb_num(arg, 0, INT_MAX, "request count", &o->count);
-	case 'd': return vb_num(arg, 1, 65536, "queue depth", &o->depth);
-	case 's': return vb_size(arg, 1u << 24, "buffer size", &o->bufsize);
-	case 'S': return vb_size(arg, INT_MAX, "step_size", &o->step);
-	case 'o': return vb_size(arg, INT64_MAX, "offset", &o->offset);
-	case 'w': o->write = true; return 0;
-	case 'q': o->quiet = true; return 0;
-	case 't': o->unsafe = !strcmp(arg, "unsafe"); return 0;
-	case 'f': case 'i': case 'n': case 'U': return 0;
-	case 'h': vb_usage(); return 1;
-	case OPT_VHOST: o->path = arg; return 0;
-	case OPT_NQ: return vb_num(arg, 1, VU_MAX_QUEUES, "number of queues", &o->nq);
+	case 'c':
+		return vb_num(arg, 0, INT_MAX, "request count", &o->count);
+	case 'd':
+		return vb_num(arg, 1, 65536, "queue depth", &o->depth);
+	case 's':
+		return vb_size(arg, 1u << 24, "buffer size", &o->bufsize);
+	case 'S':
+		return vb_size(arg, INT_MAX, "step_size", &o->step);
+	case 'o':
+		return vb_size(arg, INT64_MAX, "offset", &o->offset);
+	case 'w':
+		o->write = true;
+		return 0;
+	case 'q':
+		o->quiet = true;
+		return 0;
+	case 't':
+		o->unsafe = !strcmp(arg, "unsafe");
+		return 0;
+	case 'f':
+	case 'i':
+	case 'n':
+	case 'U':
+		return 0;
+	case 'h':
+		vb_usage();
+		return 1;
+	case OPT_VHOST:
+		o->path = arg;
+		return 0;
+	case OPT_NQ:
+		return vb_num(arg, 1, VU_MAX_QUEUES, "number of queues", &o->nq);
 	case OPT_PATTERN:
 		if (vb_num(arg, 0, 255, "pattern byte", &v))
 			return -EINVAL;
 		o->pattern = (uint8_t)v;
 		return 0;
-	case OPT_RANDOM: o->random = true; return 0;
-	case OPT_SEED: return vb_num(arg, 0, UINT64_MAX, "seed", &o->seed);
-	case OPT_VERIFY: o->verify = true; return 0;
-	case OPT_SETUP_ONLY: o->setup_only = true; return 0;
-	case OPT_RECONNECT: o->reconnect = true; return 0;
+	case OPT_RANDOM:
+		o->random = true;
+		return 0;
+	case OPT_SEED:
+		return vb_num(arg, 0, UINT64_MAX, "seed", &o->seed);
+	case OPT_VERIFY:
+		o->verify = true;
+		return 0;
+	case OPT_SETUP_ONLY:
+		o->setup_only = true;
+		return 0;
+	case OPT_RECONNECT:
+		o->reconnect = true;
+		return 0;
 	case OPT_RECONNECT_AFTER:
 		return vb_num(arg, 1, UINT64_MAX, "reconnect count", &o->reconnect_after);
-	case OPT_POLL: return vb_num(arg, 0, 1000000000, "poll-max-ns", &o->poll_ns);
+	case OPT_POLL:
+		return vb_num(arg, 0, 1000000000, "poll-max-ns", &o->poll_ns);
+	case OPT_SCSI:
+		o->scsi = true;
+		return 0;
+	case OPT_PACKED:
+		o->packed = true;
+		return 0;
 	default: /* getopt said what was wrong */
 		fprintf(stderr, "Try '%s --help' for more information\n", PROG);
 		return -EINVAL;
@@ -414,6 +460,15 @@ static int vb_parse(int argc, char **argv, struct vb_opts *o)
 	}
 	if (optind != argc) {
 		fprintf(stderr, "%s: --vhost-user takes no image file name\n", PROG);
+		return -EINVAL;
+	}
+	if (o->packed && (o->reconnect || o->reconnect_after)) {
+		fprintf(stderr, "%s: --packed has no inflight area to reconnect with\n", PROG);
+		return -EINVAL;
+	}
+	if (o->scsi && o->nq > VU_MAX_QUEUES - 2) {
+		fprintf(stderr, "%s: --scsi takes at most %u request queues\n", PROG,
+			VU_MAX_QUEUES - 2);
 		return -EINVAL;
 	}
 	if (!o->bufsize || o->bufsize % 512 || (o->verify && o->bufsize % 8)) {
@@ -443,7 +498,7 @@ static int vb_prepare(struct vb *b)
 		fprintf(stderr, "%s: the disk (%" PRIu64 " bytes) is too small\n", PROG, size);
 		return -EINVAL;
 	}
-	if (b->o.write && (b->c.features & (1ull << VIRTIO_BLK_F_RO))) {
+	if (b->o.write && !b->c.scsi && (b->c.features & (1ull << VIRTIO_BLK_F_RO))) {
 		fprintf(stderr, "%s: the vhost-user disk is read-only\n", PROG);
 		return -EROFS;
 	}
@@ -471,7 +526,7 @@ static int vb_run(struct vb *b)
 		fflush(stdout);
 	}
 	t0 = clock_mono_ns();
-	for (i = 0; i < b->c.nq; i++) {
+	for (i = b->c.first_req; i < b->c.nq; i++) {
 		for (s = 0; s < b->c.q[i].nslots && b->to_submit; s++)
 			vb_submit(b, &b->c.q[i], s);
 		vhc_publish(&b->c.q[i], vhc_event_idx(&b->c));
@@ -502,6 +557,8 @@ int cmd_bench_vhost(int argc, char **argv)
 		return ret > 0 ? 0 : 1;
 	b.c.path = b.o.path;
 	b.c.want_inflight = b.o.reconnect || b.o.reconnect_after;
+	b.c.scsi = b.o.scsi;
+	b.c.packed = b.o.packed;
 	b.epfd = epoll_create1(EPOLL_CLOEXEC);
 	b.hist = calloc(HIST_BUCKETS, sizeof(*b.hist));
 	ret = vhc_init(&b.c, (unsigned)b.o.nq, (unsigned)b.o.depth, (uint32_t)b.o.bufsize);
@@ -520,8 +577,8 @@ int cmd_bench_vhost(int argc, char **argv)
 	if (vb_setup(&b, &ms))
 		goto out;
 	if (!b.o.quiet)
-		printf("vhost-user: %u queue(s) of %u entries ready in %.3f ms\n", b.c.nq,
-		       b.c.queue_size, ms);
+		printf("vhost-user: %u queue(s) of %u entries ready in %.3f ms\n",
+		       b.c.nq - b.c.first_req, b.c.queue_size, ms);
 	if (!b.o.setup_only && (vb_prepare(&b) || vb_run(&b)))
 		goto out;
 	status = vhc_disconnect(&b.c) ? 1 : 0;

@@ -1,7 +1,9 @@
-/* `ioplane bench --vhost-user PATH`: a vhost-user-blk front-end that drives a
- * back-end (ioplane serve, qemu-storage-daemon) without a VM. The guest memory
- * is one memfd shared with the back-end; each queue's request slots use three
- * fixed descriptors (header, data, status).
+/* `ioplane bench --vhost-user PATH`: a vhost-user-blk or (--scsi)
+ * vhost-user-scsi front-end that drives a back-end (ioplane serve,
+ * qemu-storage-daemon) without a VM. The guest memory is one memfd shared
+ * with the back-end; each queue's request slots use three fixed descriptors
+ * (blk: header, data, status; scsi: header, data-out or response, response
+ * or data-in).
  *
  * THREADING RULE: single-threaded; everything belongs to the caller. */
 #ifndef IOPLANE_BENCH_VHOST_H
@@ -17,9 +19,10 @@
 int cmd_bench_vhost(int argc, char **argv);
 
 struct vhc_slot {
-	uint64_t start;  /* clock_ticks() at submission */
-	uint64_t offset; /* bytes */
-	struct virtio_blk_hdr *hdr;
+	uint64_t start;             /* clock_ticks() at submission */
+	uint64_t offset;            /* bytes */
+	struct virtio_blk_hdr *hdr; /* the slot's request header (blk) */
+	uint8_t *meta;              /* the same bytes (scsi: header, response at +128) */
 	uint8_t *status;
 	uint8_t *buf;
 	uint64_t hdr_gpa, status_gpa, buf_gpa;
@@ -34,10 +37,16 @@ struct vhc_queue {
 	struct vring_desc *desc;
 	struct vring_avail *avail;
 	struct vring_used *used;
-	uint16_t avail_idx;   /* next avail entry we write */
-	uint16_t kicked_idx;  /* avail idx at the last publish */
+	uint16_t avail_idx;  /* next avail entry we write */
+	uint16_t kicked_idx; /* avail idx at the last publish */
 	uint16_t last_used;
 	int kick_fd, call_fd;
+	/* Packed layout: the descriptor ring at desc_gpa, the driver event
+	 * area at avail_gpa, the device event area at used_gpa. */
+	bool packed;
+	bool avail_wrap, used_wrap;
+	uint16_t pk_avail, pk_used; /* next slot to make available, to find used */
+	uint8_t *pk_ndesc;          /* descriptors each request slot took */
 	struct vhc_slot *slots;
 	unsigned nslots;
 	unsigned *free;
@@ -52,6 +61,9 @@ struct vhc {
 	uint64_t mem_size;
 	uint64_t features, pf; /* negotiated */
 	bool want_inflight;
+	bool scsi;          /* virtio-scsi: queues 0 and 1 are control and event */
+	bool packed;        /* VIRTIO_F_RING_PACKED */
+	unsigned first_req; /* the first request queue: 0, or 2 for scsi */
 	int inflight_fd;
 	uint64_t inflight_size;
 	uint16_t queue_size;
@@ -79,5 +91,20 @@ void vhc_publish(struct vhc_queue *q, bool event_idx);
 /* Next completed slot, or -1 (re-arms used_event when empty). */
 int vhc_next_used(struct vhc_queue *q, bool event_idx);
 bool vhc_event_idx(const struct vhc *c);
+/* The request of slot sl succeeded (blk status, scsi status and response). */
+bool vhc_slot_ok(const struct vhc *c, const struct vhc_slot *sl);
+/* scsi: a READ CAPACITY (16) answer in sl's buffer: sets c->capacity. */
+void vhc_scsi_capacity(struct vhc *c, const struct vhc_slot *sl);
+
+/* True when q has used entries we have not taken. */
+bool vhc_used_pending(const struct vhc_queue *q);
+
+/* ---- bench-vhost-packed.c: the driver side of packed rings ---- */
+void vhc_packed_init(struct vhc_queue *q);
+/* Make the chain d[0..] (NEXT flags, split next indices from 3 * s) of slot s available. */
+void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d);
+bool vhc_packed_kick_wanted(const struct vhc_queue *q);
+int vhc_packed_next_used(struct vhc_queue *q, bool arm);
+bool vhc_packed_pending(const struct vhc_queue *q);
 
 #endif

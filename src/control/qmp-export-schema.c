@@ -59,7 +59,7 @@ const struct qapi_type qmp_nbd_server_options = QAPI_OBJECT_TYPE(
 /* ---- block-export-add, --export ----------------------------------------- */
 
 static const struct qapi_type export_type =
-	QAPI_ENUM_TYPE("BlockExportType", "nbd", "vhost-user-blk");
+	QAPI_ENUM_TYPE("BlockExportType", "nbd", "vhost-user-blk", "vhost-user-scsi");
 static const struct qapi_type export_nbd = QAPI_OBJECT_TYPE(
 	"BlockExportOptionsNbd",
 	QAPI_MEMBERS(QAPI_OPT("name", &qapi_str), QAPI_OPT("description", &qapi_str),
@@ -69,13 +69,30 @@ static const struct qapi_type export_vub = QAPI_OBJECT_TYPE(
 	QAPI_MEMBERS(QAPI_REQ("addr", &qexp_socket_address),
 		     QAPI_OPT("logical-block-size", &qapi_size),
 		     QAPI_OPT("num-queues", &qapi_uint16), QAPI_OPT("serial", &qapi_str)));
+/* ioplane's: qsd has no vhost-user-scsi export. */
+static const struct qapi_type scsi_lun =
+	QAPI_OBJECT_TYPE("x-VhostUserScsiLun", QAPI_MEMBERS(QAPI_REQ("lun", &qapi_uint16),
+							    QAPI_REQ("node-name", &qapi_str)));
+static const struct qapi_type scsi_lun_list = QAPI_LIST_TYPE(&scsi_lun);
+static const struct qapi_type export_vus = QAPI_OBJECT_TYPE(
+	"x-BlockExportOptionsVhostUserScsi",
+	QAPI_MEMBERS(QAPI_REQ("addr", &qexp_socket_address), QAPI_OPT("num-queues", &qapi_uint16),
+		     QAPI_OPT("luns", &scsi_lun_list)));
+const struct qapi_type qexp_lun_add_args =
+	QAPI_OBJECT_TYPE("q_obj_x-vhost-user-scsi-lun-add-arg",
+			 QAPI_MEMBERS(QAPI_REQ("id", &qapi_str), QAPI_REQ("lun", &qapi_uint16),
+				      QAPI_REQ("node-name", &qapi_str)));
+const struct qapi_type qexp_lun_remove_args =
+	QAPI_OBJECT_TYPE("q_obj_x-vhost-user-scsi-lun-remove-arg",
+			 QAPI_MEMBERS(QAPI_REQ("id", &qapi_str), QAPI_REQ("lun", &qapi_uint16)));
 const struct qapi_type qmp_block_export_options = QAPI_UNION_TYPE(
 	"BlockExportOptions",
 	QAPI_MEMBERS(QAPI_REQ("type", &export_type), QAPI_REQ("id", &qapi_str),
 		     QAPI_OPT("fixed-iothread", &qapi_bool), QAPI_OPT("iothread", &qapi_str),
 		     QAPI_OPT("iothreads", &str_list), QAPI_REQ("node-name", &qapi_str),
 		     QAPI_OPT("writable", &qapi_bool), QAPI_OPT("writethrough", &qapi_bool)),
-	"type", {"nbd", &export_nbd}, {"vhost-user-blk", &export_vub});
+	"type", {"nbd", &export_nbd}, {"vhost-user-blk", &export_vub},
+	{"vhost-user-scsi", &export_vus});
 
 static const struct qapi_type remove_mode = QAPI_ENUM_TYPE("BlockExportRemoveMode", "safe", "hard");
 const struct qapi_type qexp_del_args =

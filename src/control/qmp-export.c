@@ -31,23 +31,7 @@
 #include "util/tls.h"
 #include "util/service.h"
 
-enum { QEXP_NBD, QEXP_VUB };
-static const char *const type_names[] = {"nbd", "vhost-user-blk"};
-
-struct qexp {
-	struct qexp *next;
-	char *id, *node;
-	struct blk_node *bs; /* holds a reference as "block export 'ID'" */
-	int type;
-	bool shutting_down;
-	struct nbd_server *srv; /* NBD: the server it is on */
-	struct nbd_export *nexp;
-	struct vub_export *vub;
-	struct loop **held; /* iothreads it holds a use of */
-	unsigned nheld;
-	void (*stop_done)(void *opaque); /* daemon shutdown waits for it */
-	void *stop_opaque;
-};
+static const char *const type_names[] = {"nbd", "vhost-user-blk", "vhost-user-scsi"};
 
 /* A stopped nbd-server-start server, freed once its clients are gone. */
 struct old_srv {
@@ -55,13 +39,13 @@ struct old_srv {
 	struct nbd_server *s;
 };
 
-static struct qmp_export_env env;
+struct qmp_export_env qexp_env;
 static struct qexp *exports; /* newest first, as qsd lists them */
 static struct nbd_server *qmp_srv;
 static struct old_srv *old_srvs;
 static unsigned pool_next; /* vhost-user-blk queue 0 of successive exports */
 
-static struct qexp *find(const char *id)
+struct qexp *qexp_find(const char *id)
 {
 	struct qexp *x;
 
@@ -86,13 +70,13 @@ void qmp_export_make_id(const char *want, const char *prefix, char *out, size_t 
 {
 	unsigned i;
 
-	if (want && strlen(want) < len && qapi_id_wellformed(want) && !find(want)) {
+	if (want && strlen(want) < len && qapi_id_wellformed(want) && !qexp_find(want)) {
 		snprintf(out, len, "%s", want);
 		return;
 	}
 	for (i = 0;; i++) {
 		snprintf(out, len, "%s%u", prefix, i);
-		if (!find(out))
+		if (!qexp_find(out))
 			return;
 	}
 }
@@ -330,19 +314,28 @@ static int vub_addr(const json_t *addr, bool cmdline, struct vub_export_config *
 static int add_vub(const json_t *args, struct qexp *x, struct blk_node *bs,
 		   const struct qmp_export_extra *xt, char *err, size_t errlen)
 {
-	struct vub_export_config cfg = {.bs = bs, .main_loop = env.main_loop};
+	struct vub_export_config cfg = {.bs = bs, .main_loop = qexp_env.main_loop};
 	int fd, ret = vub_check(args, x->id, &cfg, err, errlen);
 
 	if (ret < 0 ||
 	    (fd = vub_addr(qapi_get(args, "addr"), xt && xt->cmdline, &cfg, err, errlen)) < 0)
 		return ret < 0 ? ret : fd;
 	cfg.mode = xt ? xt->mode : 0;
-	cfg.loops = x->nheld ? x->held : env.loops;
-	cfg.nloops = x->nheld ? x->nheld : env.nloops;
+	cfg.loops = x->nheld ? x->held : qexp_env.loops;
+	cfg.nloops = x->nheld ? x->nheld : qexp_env.nloops;
 	cfg.first_loop = x->nheld ? 0 : pool_next;
+	cfg.scsi = x->type == QEXP_VUS;
+	cfg.write_cache = !qapi_get_bool(args, "writethrough", false);
+	cfg.id = x->id;
 	ret = vub_export_start(&cfg, &x->vub, err, errlen);
-	if (ret < 0)
+	if (ret == 0 && cfg.scsi)
+		ret = qexp_scsi_luns(args, x, err, errlen);
+	if (ret < 0) {
+		if (x->vub)
+			vub_export_free(x->vub);
+		x->vub = NULL;
 		return ret;
+	}
 	ret = fd ? vub_export_listen_fd(x->vub, fd, err, errlen)
 		 : vub_export_listen(x->vub, err, errlen);
 	if (ret < 0) {
@@ -351,7 +344,7 @@ static int add_vub(const json_t *args, struct qexp *x, struct blk_node *bs,
 		return ret;
 	}
 	if (!x->nheld)
-		pool_next += cfg.blk.num_queues;
+		pool_next += vub_export_queues(x->vub);
 	return 0;
 }
 
@@ -378,7 +371,7 @@ static int take_perm(const json_t *args, struct qexp *x, struct blk_node *bs, ch
 static int qexp_check(const json_t *args, struct qexp *x, struct nbd_server *srv, char *err,
 		      size_t errlen)
 {
-	if (find(x->id)) {
+	if (qexp_find(x->id)) {
 		snprintf(err, errlen, "Block export id '%s' is already in use", x->id);
 		return -EEXIST;
 	}
@@ -386,7 +379,7 @@ static int qexp_check(const json_t *args, struct qexp *x, struct nbd_server *srv
 		snprintf(err, errlen, "Invalid block export id");
 		return -EINVAL;
 	}
-	if (qapi_get_bool(args, "writethrough", false)) {
+	if (x->type != QEXP_VUS && qapi_get_bool(args, "writethrough", false)) {
 		snprintf(err, errlen, "writethrough=on is not supported by ioplane");
 		return -ENOTSUP;
 	}
@@ -440,7 +433,8 @@ static int qexp_build(const json_t *args, struct qexp *x, const struct qmp_expor
 		      char *err, size_t errlen)
 {
 	enum nbd_detect_zeroes dz = NBD_DETECT_ZEROES_OFF;
-	struct blk_node *bs = env.find_node ? env.find_node(env.ctx, x->node, &dz) : NULL;
+	struct blk_node *bs =
+		qexp_env.find_node ? qexp_env.find_node(qexp_env.ctx, x->node, &dz) : NULL;
 	int ret;
 
 	if (!bs) {
@@ -483,12 +477,14 @@ int qmp_export_add(const json_t *args, const struct qmp_export_extra *xt, char *
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	x->type = strcmp(qapi_get_str(args, "type"), "nbd") ? QEXP_VUB : QEXP_NBD;
+	x->type = !strcmp(qapi_get_str(args, "type"), "nbd")               ? QEXP_NBD
+		  : !strcmp(qapi_get_str(args, "type"), "vhost-user-scsi") ? QEXP_VUS
+									   : QEXP_VUB;
 	if (x->type == QEXP_NBD)
 		x->srv = xt && xt->nbd ? xt->nbd : qmp_srv;
 	/* qsd's order: the id, then the node, then the iothread. */
-	ret = find(x->id) ? qexp_check(args, x, x->srv, err, errlen)
-			  : qexp_build(args, x, xt, err, errlen);
+	ret = qexp_find(x->id) ? qexp_check(args, x, x->srv, err, errlen)
+			       : qexp_build(args, x, xt, err, errlen);
 	if (ret < 0) {
 		qexp_free(x);
 		return ret;
@@ -511,8 +507,10 @@ static void qexp_gone(void *opaque)
 		;
 	if (*pp)
 		*pp = x->next;
-	if (x->vub)
+	if (x->vub) {
+		qexp_scsi_release(x);
 		vub_export_free(x->vub);
+	}
 	log_debug("export '%s' removed", x->id);
 	qmp_event_emit("BLOCK_EXPORT_DELETED", json_pack("{s:s}", "id", x->id));
 	qexp_free(x);
@@ -540,7 +538,7 @@ static void export_view(const struct qexp *x, struct qmp_export_view *v)
 				      .type = type_names[x->type],
 				      .node = x->node,
 				      .clients = qexp_users(x)};
-	if (x->type == QEXP_VUB)
+	if (x->vub)
 		v->queues = vub_export_queues(x->vub);
 }
 
@@ -566,7 +564,7 @@ void qmp_exports_foreach(void (*fn)(void *ctx, const struct qmp_export_view *v),
 
 static void block_export_del(struct qmp_req *req, json_t *args)
 {
-	struct qexp *x = find(qapi_get_str(args, "id"));
+	struct qexp *x = qexp_find(qapi_get_str(args, "id"));
 	bool hard = qapi_has(args, "mode") && !strcmp(qapi_get_str(args, "mode"), "hard");
 
 	if (!x) {
@@ -690,10 +688,10 @@ static int check_tls(const json_t *args, char *err, size_t errlen)
 static int server_start(const json_t *args, const json_t *addr, bool cmdline, char *err,
 			size_t errlen)
 {
-	struct nbd_server_config cfg = {.main_loop = env.main_loop,
-					.loops = env.loops,
-					.nloops = env.nloops,
-					.budget = env.budget};
+	struct nbd_server_config cfg = {.main_loop = qexp_env.main_loop,
+					.loops = qexp_env.loops,
+					.nloops = qexp_env.nloops,
+					.budget = qexp_env.budget};
 	int ret;
 
 	if (qmp_srv) {
@@ -706,7 +704,7 @@ static int server_start(const json_t *args, const json_t *addr, bool cmdline, ch
 	cfg.tls_creds = qapi_get_str(args, "tls-creds");
 	cfg.tls_authz = qapi_get_str(args, "tls-authz");
 	cfg.max_connections =
-		(unsigned)qapi_get_uint(args, "max-connections", env.nbd_max_connections);
+		(unsigned)qapi_get_uint(args, "max-connections", qexp_env.nbd_max_connections);
 	ret = nbd_server_new(&cfg, &qmp_srv);
 	if (ret < 0) {
 		snprintf(err, errlen, "%s", strerror(-ret));
@@ -799,7 +797,7 @@ unsigned qmp_exports_stop(void (*done)(void *opaque), void *opaque)
 	struct qexp *x;
 
 	for (x = exports; x; x = x->next) {
-		if (x->type != QEXP_VUB)
+		if (x->type == QEXP_NBD)
 			continue;
 		x->stop_done = done;
 		x->stop_opaque = opaque;
@@ -834,12 +832,14 @@ void qmp_exports_free(void)
 	struct qexp *x;
 
 	/* What the joined iothreads sent last (an export gone) runs first. */
-	if (env.main_loop)
-		loop_run_once(env.main_loop, false);
+	if (qexp_env.main_loop)
+		loop_run_once(qexp_env.main_loop, false);
 	while ((x = exports)) {
 		exports = x->next;
-		if (x->vub)
+		if (x->vub) {
+			qexp_scsi_release(x);
 			vub_export_free(x->vub);
+		}
 		qexp_free(x);
 	}
 	while ((o = old_srvs)) {
@@ -897,12 +897,14 @@ int qmp_export_init(const struct qmp_export_env *e)
 	size_t i;
 	int ret;
 
-	env = *e;
+	qexp_env = *e;
 	for (i = 0; i < sizeof(export_cmds) / sizeof(export_cmds[0]); i++) {
 		ret = qmp_register(&export_cmds[i]);
 		if (ret < 0 && ret != -EEXIST)
 			return ret;
 	}
-	ret = qmp_register_event(&deleted_event);
+	ret = qexp_scsi_init();
+	if (ret == 0)
+		ret = qmp_register_event(&deleted_event);
 	return ret == -EEXIST ? 0 : ret;
 }

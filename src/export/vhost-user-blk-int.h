@@ -14,6 +14,7 @@
 
 #include "export/vhost-user-blk.h"
 #include "export/vhost-user.h"
+#include "export/virtio-scsi.h"
 #include "loop/loop.h"
 #include "util/log.h"
 #include "util/unix-listener.h"
@@ -47,7 +48,10 @@ struct vub_kick {
 };
 
 struct vub_req {
-	struct vblk_req vr; /* first */
+	union { /* first: completions cast back */
+		struct vblk_req vr;
+		struct vscsi_req sr; /* vhost-user-scsi; sr.v is vr */
+	};
 	struct vub_queue *q;
 	uint16_t head;
 	struct iovec iov[VBLK_MAX_IOV];
@@ -81,6 +85,14 @@ struct vub_queue {
 	bool handlers_on, poll_on, stopping, starved, broken, again_queued, swapping;
 
 	struct loop_msg start_msg, stop_msg, stopped_msg, fds_msg, fds_done_msg;
+	/* vhost-user-scsi: the control queue's task management functions that
+	 * wait for commands to finish, retried by tmf_timer (iothread); the
+	 * event queue's message that events were posted (events_queued: the
+	 * message is on its way, cleared by the iothread). */
+	struct vscsi_req *tmf_wait;
+	struct loop_timer tmf_timer;
+	struct loop_msg events_msg;
+	atomic_bool events_queued;
 };
 
 struct vub_export {
@@ -93,6 +105,9 @@ struct vub_export {
 	bool listening, stopping;
 	bool notifier; /* registered for the node's resizes */
 	struct vblk_dev blk;
+	struct vscsi_dev *scsi;           /* vhost-user-scsi (blk unused but bs, num_queues) */
+	struct vub_lun_removal *removals; /* LUNs waiting for their last command */
+	struct loop_timer removal_timer;
 	struct vub_queue *queues;
 	unsigned nqueues;
 	struct vu_dev *conn;
@@ -101,8 +116,20 @@ struct vub_export {
 	struct loop_defer done_defer;
 };
 
+/* A hot-removed LUN whose node is handed back once no command uses it. */
+struct vub_lun_removal {
+	struct vub_lun_removal *next;
+	unsigned lun;
+	void (*done)(struct blk_node *bs, void *opaque);
+	void *opaque;
+};
+
 /* ---- vhost-user-blk.c ---- */
 
+/* A request is done: on the used ring (flushed at the end of the round). */
+void vub_req_done(struct vblk_req *vr);
+/* The node's resize notifier (every LUN's node, for vhost-user-scsi). */
+void vub_resized(struct blk_node *bs, void *opaque);
 /* Process the avail ring with kicks suppressed, then look again. */
 void vub_run(struct vub_queue *q);
 /* The driver broke the virtqueue rules: stop this queue (device needs reset). */
@@ -134,5 +161,18 @@ void vub_maybe_fds_done(struct vub_queue *q);
 int vub_kick_start(struct vub_queue *q);
 /* A stop: end the kick read in flight. */
 void vub_kick_cancel(struct vub_queue *q);
+
+/* ---- vhost-user-scsi.c (main thread unless said) ---- */
+
+/* The virtio-scsi device of a new export, LUN 0 cfg->bs; e->nqueues grows
+ * by the control and event queues. */
+int vus_init(struct vub_export *e, const struct vub_export_config *cfg, char *err, size_t errlen);
+void vus_free(struct vub_export *e);
+void vus_queue_init(struct vub_queue *q);
+void vus_get_config(struct vub_export *e, uint8_t *buf, uint32_t off, uint32_t len);
+/* Events were posted: the event queue's thread hands them to the driver. */
+void vus_kick_events(struct vub_export *e);
+/* The control queue's thread: r waits for commands to finish. */
+void vus_tmf_wait(struct vub_queue *q, struct vscsi_req *r);
 
 #endif

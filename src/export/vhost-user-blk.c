@@ -94,7 +94,7 @@ void vub_broken(struct vub_queue *q, int err)
 	vub_signal(&q->err);
 }
 
-static void vub_req_done(struct vblk_req *vr)
+void vub_req_done(struct vblk_req *vr)
 {
 	struct vub_req *r = (struct vub_req *)vr;
 	struct vub_queue *q = r->q;
@@ -133,7 +133,14 @@ static void vub_start_req(struct vub_queue *q, struct vub_req *r, const struct v
 	r->vr.in_len = c->in_len;
 	r->vr.done = vub_req_done;
 	q->inflight++;
-	ret = vblk_req_submit(&r->vr);
+	if (q->exp->scsi) {
+		r->sr.dev = q->exp->scsi;
+		ret = vscsi_req_submit(&r->sr, q->idx);
+		if (ret == VBLK_SUBMITTED && q->idx == VSCSI_CTRL_Q)
+			vus_tmf_wait(q, &r->sr);
+	} else {
+		ret = vblk_req_submit(&r->vr);
+	}
 	if (ret == VBLK_FINISHED) {
 		vub_req_done(&r->vr);
 	} else if (ret == VBLK_BROKEN) {
@@ -316,6 +323,8 @@ static void vub_start_cb(struct loop_msg *m)
 	q->handlers_on = true;
 	vub_resubmit(q);
 	vub_run(q);
+	if (q->exp->scsi && q->idx == VSCSI_EVENT_Q)
+		vscsi_events_deliver(q->exp->scsi); /* posted while stopped */
 }
 
 static void vub_stop_cb(struct loop_msg *m)
@@ -324,6 +333,8 @@ static void vub_stop_cb(struct loop_msg *m)
 
 	vub_handlers_off(q);
 	q->stopping = true;
+	if (q->exp->scsi && q->idx == VSCSI_EVENT_Q)
+		vscsi_events_flush(q->exp->scsi); /* parked buffers go back empty */
 	/* The flush hook finishes the stop once nothing is in flight. */
 	loop_request_flush(q->loop, &q->flush);
 }
@@ -435,7 +446,7 @@ static uint64_t vub_features(void *opaque)
 {
 	struct vub_export *e = opaque;
 
-	return vblk_dev_features(&e->blk);
+	return e->scsi ? vscsi_dev_features(e->scsi) : vblk_dev_features(&e->blk);
 }
 
 static void vub_get_config(void *opaque, uint8_t *buf, uint32_t off, uint32_t len)
@@ -443,6 +454,10 @@ static void vub_get_config(void *opaque, uint8_t *buf, uint32_t off, uint32_t le
 	struct vub_export *e = opaque;
 	struct virtio_blk_config c;
 
+	if (e->scsi) {
+		vus_get_config(e, buf, off, len);
+		return;
+	}
 	vblk_dev_config(&e->blk, &c);
 	if (off >= sizeof(c))
 		return;
@@ -453,7 +468,8 @@ static int vub_set_config(void *opaque, const uint8_t *buf, uint32_t off, uint32
 {
 	struct vub_export *e = opaque;
 
-	return vblk_dev_set_config(&e->blk, off, buf, len);
+	return e->scsi ? vscsi_dev_set_config(e->scsi, off, buf, len)
+		       : vblk_dev_set_config(&e->blk, off, buf, len);
 }
 
 static void vub_listen_watch(struct vub_export *e, bool on);
@@ -493,15 +509,21 @@ static const struct vu_dev_ops vub_ops = {
  * configuration space; the guest sees the new size without a reboot. */
 void vub_export_set_node(struct vub_export *e, struct blk_node *bs)
 {
+	if (e->scsi)
+		vscsi_lun_set_node(e->scsi, e->blk.bs, bs);
 	vblk_dev_set_node(&e->blk, bs);
 }
 
-static void vub_resized(struct blk_node *bs, void *opaque)
+void vub_resized(struct blk_node *bs, void *opaque)
 {
 	struct vub_export *e = opaque;
 	int ret;
 
-	(void)bs;
+	if (e->scsi) { /* a capacity change event on the event queue */
+		vscsi_lun_resized(e->scsi, bs);
+		vus_kick_events(e);
+		return;
+	}
 	vblk_dev_resized(&e->blk);
 	if (!e->conn)
 		return;
@@ -630,6 +652,7 @@ static int vub_queues_init(struct vub_export *e, const struct vub_export_config 
 		q->fds_msg.cb = vub_fds_cb;
 		q->fds_done_msg.cb = vub_fds_done_cb;
 		vub_notifiers_init(q);
+		vus_queue_init(q);
 	}
 	return 0;
 }
@@ -647,13 +670,17 @@ int vub_export_start(const struct vub_export_config *cfg, struct vub_export **ou
 	e->mode = cfg->mode;
 	e->done_defer.cb = vub_done_cb;
 	e->nqueues = cfg->blk.num_queues ? cfg->blk.num_queues : 1;
-	snprintf(e->name, sizeof(e->name), "vhost-user-blk %s", cfg->path ? cfg->path : "(fd)");
-	if (e->nqueues > VU_MAX_QUEUES || !cfg->nloops) {
-		snprintf(err, errlen, "num-queues must be 1..%u", VU_MAX_QUEUES);
+	snprintf(e->name, sizeof(e->name), "vhost-user-%s %s", cfg->scsi ? "scsi" : "blk",
+		 cfg->path ? cfg->path : "(fd)");
+	if (e->nqueues > VU_MAX_QUEUES - (cfg->scsi ? 2 : 0) || !cfg->nloops) {
+		snprintf(err, errlen, "num-queues must be 1..%u",
+			 VU_MAX_QUEUES - (cfg->scsi ? 2 : 0));
 		ret = -EINVAL;
 		goto fail;
 	}
 	ret = vblk_dev_init(&e->blk, cfg->bs, &cfg->blk, err, errlen);
+	if (ret == 0 && cfg->scsi)
+		ret = vus_init(e, cfg, err, errlen); /* control and event queues first */
 	if (ret < 0)
 		goto fail;
 	ret = blk_resize_notifier_add(cfg->bs, vub_resized, e);
@@ -662,7 +689,7 @@ int vub_export_start(const struct vub_export_config *cfg, struct vub_export **ou
 		goto fail;
 	}
 	e->notifier = true;
-	e->blk.num_queues = e->nqueues;
+	e->blk.num_queues = e->scsi ? e->nqueues - 2 : e->nqueues;
 	e->path = cfg->path ? strdup(cfg->path) : NULL;
 	if ((cfg->path && !e->path) || vub_queues_init(e, cfg) < 0) {
 		ret = -ENOMEM;
@@ -697,6 +724,7 @@ void vub_export_free(struct vub_export *e)
 		return;
 	if (e->notifier)
 		blk_resize_notifier_del(e->blk.bs, vub_resized, e);
+	vus_free(e);
 	vub_listen_watch(e, false);
 	unix_listener_close(&e->ul);
 	for (i = 0; e->queues && i < e->nqueues; i++) {

@@ -1,6 +1,8 @@
-/* vhost-user-blk export: a unix socket where one front-end at a time (QEMU,
- * cloud-hypervisor, `ioplane bench --vhost-user`) attaches a block node as
- * a virtio-blk device. Queue i runs on loops[(first_loop + i) % nloops].
+/* vhost-user-blk and vhost-user-scsi exports: a unix socket where one
+ * front-end at a time (QEMU, cloud-hypervisor, `ioplane bench --vhost-user`)
+ * attaches a block node as a virtio-blk device, or block nodes as the LUNs
+ * of a virtio-scsi controller (cfg->scsi: num_queues request queues after a
+ * control and an event queue). Queue i runs on loops[(first_loop + i) % nloops].
  *
  * Exports are started and stopped at any time, each on its own: one
  * export's start or stop never pauses another's queues.
@@ -31,6 +33,9 @@ struct vub_export_config {
 	struct loop **loops;
 	unsigned nloops;
 	unsigned first_loop; /* spreads queue 0 of several exports */
+	bool scsi;           /* virtio-scsi; bs is LUN 0 */
+	bool write_cache;    /* virtio-scsi: WCE (else every write is FUA) */
+	const char *id;      /* virtio-scsi: makes the LUNs' device identifiers */
 };
 
 /* Set the export up (not listening yet). err gets a human message on failure. */
@@ -56,5 +61,19 @@ void vub_export_set_node(struct vub_export *e, struct blk_node *bs);
 int vub_export_attach_fd(struct vub_export *e, int fd);
 bool vub_export_connected(const struct vub_export *e);
 unsigned vub_export_queues(const struct vub_export *e); /* num-queues */
+
+/* vhost-user-scsi: LUN hot-plug (main thread). The driver gets a transport
+ * reset event for the LUN and rescans. add: 0, -EEXIST, -EINVAL, -EROFS
+ * (err says which). remove: the LUN is gone for new commands at once;
+ * done(bs) runs on the main loop once no command uses it any more (the
+ * caller's reference to bs is then free to drop). */
+int vub_export_lun_add(struct vub_export *e, unsigned lun, struct blk_node *bs, char *err,
+		       size_t errlen);
+int vub_export_lun_remove(struct vub_export *e, unsigned lun,
+			  void (*done)(struct blk_node *bs, void *opaque), void *opaque, char *err,
+			  size_t errlen);
+bool vub_export_is_scsi(const struct vub_export *e);
+/* The node of LUN lun, or NULL. */
+struct blk_node *vub_export_lun_node(const struct vub_export *e, unsigned lun);
 
 #endif

@@ -490,7 +490,10 @@ static int h_set_owner(struct vu_dev *d, struct vu_reply *rep)
 }
 
 /* RESET_OWNER (deprecated: "disable all rings") and RESET_DEVICE ("disable
- * all rings and reset all internal device state to the initial state"). */
+ * all rings and reset all internal device state to the initial state"). The
+ * memory table stays: it describes the guest, not the device, and QEMU (whose
+ * vhost-user-scsi resets the device when the guest's driver takes over from
+ * the firmware's) does not send it again. */
 static int reset(struct vu_dev *d, bool device)
 {
 	unsigned i;
@@ -501,7 +504,6 @@ static int reset(struct vu_dev *d, bool device)
 		vq_reset(&d->vqs[i]);
 	if (device) {
 		d->features = 0;
-		vu_mem_unmap_all(&d->mem);
 		vu_inflight_unmap(d);
 		vu_log_unmap(d);
 	}

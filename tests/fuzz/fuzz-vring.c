@@ -16,6 +16,7 @@
 #include "block/block.h"
 #include "export/virtio-blk.h"
 #include "export/vring.h"
+#define FUZZ_NULL_IMAGE
 #include "fuzz.h"
 #include "loop/loop.h"
 #include "util/log.h"
@@ -33,25 +34,6 @@ struct freq {
 
 static struct loop *fz_loop;
 static struct blk_node *fz_bs;
-
-static int fz_init(void)
-{
-	struct loop_opts lo = {.poll_max_ns = 0};
-	struct kv_opts o = {0};
-	char err[128];
-	int ret;
-
-	log_set_level(LOG_ERR);
-	ret = loop_new(&lo, &fz_loop);
-	if (ret < 0)
-		return ret;
-	loop_bind_current(fz_loop);
-	ret = kv_parse(&o, "driver=null,size=64K,read-zeroes=on", NULL);
-	if (!ret)
-		ret = blk_open(&o, &fz_bs, err, sizeof(err));
-	kv_free(&o);
-	return ret;
-}
 
 static void fz_done(struct vblk_req *r)
 {
@@ -111,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char err[64];
 	size_t n;
 
-	if (!fz_loop && fz_init() < 0)
+	if (!fz_loop && fuzz_null_image(&fz_loop, &fz_bs) < 0)
 		return 0;
 	if (!mem) {
 		mem = aligned_alloc(4096, FUZZ_MEM);

@@ -3,7 +3,10 @@
 # --discard-zero (the discard must succeed and the range read back as zeroes),
 # --flush-required (the guest must have sent FLUSH requests), --hotplug CMD with
 # --resize-mb N: the guest boots without the disk, CMD hot-plugs it (and resizes it),
-# and --migrate: the guest is live-migrated to a second QEMU while it writes and verifies.
+# and --migrate: the guest is live-migrated to a second QEMU while it writes and verifies;
+# --scsi: the disk is LUN 0 of a vhost-user-scsi-pci controller (the guest's sd driver),
+# --scsi-luns N: the guest must see N LUNs and verifies data written to each, and
+# --lun-cmd CMD: after its checks the guest waits for a LUN hot-added by CMD.
 #
 # run-vm-test.sh - boot a tiny Linux guest under QEMU TCG (no KVM needed) whose
 # disk is served by a storage server on this host, and verify guest I/O end to end.
@@ -80,6 +83,9 @@ HOTPLUG_CMD=""
 RESIZE_MB=0
 MIGRATE=0
 MIGRATE_FLAG_MB=1       # MiB before the seed region: where the host says "migrated"
+SCSI=0
+SCSI_LUNS=0
+LUN_CMD=""
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'
@@ -122,6 +128,13 @@ Options:
   --resize-mb N          after its checks the guest waits (300 s) until the disk has
                          N MiB, without a reboot; CMD resizes it when the guest
                          printed "VMTEST: waiting for resize"
+  --scsi                 vhost mode: a vhost-user-scsi-pci controller; the disk is LUN 0
+  --scsi-luns N          the guest must see N SCSI disks; it writes and reads back 1 MiB
+                         on each but LUN 0 (which gets every check)
+  --lun-cmd CMD          with --scsi: the server also has a monitor at \$VMTEST_SOCK.qmp;
+                         CMD (bash -c, in the background) hot-adds a LUN once the guest
+                         printed "VMTEST: waiting for a new LUN"; the guest verifies it
+                         as above. It must exit 0
   --migrate              vhost mode: the server must also listen on \$VMTEST_SOCK2 (the
                          same disk); a second QEMU waits there with -incoming. After its
                          checks the guest writes and verifies from every vCPU (and fio at
@@ -168,6 +181,9 @@ while [ $# -gt 0 ]; do
     --hotplug) HOTPLUG_CMD=$2; shift ;;
     --resize-mb) RESIZE_MB=$2; shift ;;
     --migrate) MIGRATE=1 ;;
+    --scsi) SCSI=1 ;;
+    --scsi-luns) SCSI_LUNS=$2; shift ;;
+    --lun-cmd) LUN_CMD=$2; shift ;;
     --verbose) VERBOSE=1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown option: $1" ;;
@@ -365,6 +381,13 @@ if [ -n "$P_nbd_port" ]; then         # guest kernel NBD client over virtio-net 
   nbd-client -N "$P_nbd_export" "$P_nbd_host" "$P_nbd_port" /dev/$DEV -C "$P_nbd_conns" 2>&1 \
     | sed 's/^/  nbd-client: /' || true
 fi
+if [ "${P_scsi:-0}" = 1 ]; then      # the sd disk of LUN 0 (names follow probe order)
+  i=0; while ! ls /sys/bus/scsi/devices/*:0:0:0/block/* >/dev/null 2>&1 && [ $i -lt 300 ]; do
+    sleep 0.1; i=$((i+1)); done
+  DEV=$(ls /sys/bus/scsi/devices/*:0:0:0/block/ 2>/dev/null | head -n 1)
+  [ -n "$DEV" ] || { bad "no SCSI disk for LUN 0"; dmesg | tail -20; finish; }
+  say "scsi: LUN 0 is $DEV"
+fi
 W=300; [ "${P_hotplug:-0}" = 1 ] && { W=6000; say "waiting for the disk"; }
 i=0; while ! { [ -b /dev/$DEV ] && [ "$(cat /sys/block/$DEV/size 2>/dev/null || echo 0)" -gt 0 ]; } && [ $i -lt $W ]; do
   sleep 0.1; i=$((i+1)); done
@@ -497,6 +520,40 @@ say "io_stats reads=$1 writes=$5 discards=${12:-?} flushes=${16:-?} (block layer
 [ "$(cat $B/queue/write_cache)" = "write back" ] && [ "${16:-1}" = 0 ] && say "WARN write-back cache but no FLUSH was sent"
 [ "${P_flush_required:-0}" = 1 ] && [ "${16:-0}" = 0 ] && bad "no FLUSH request was sent"
 
+# ---- SCSI: every LUN the guest should see, 1 MiB written and read back on each
+lun_rw() {   # H:C:T:L
+  local b s r
+  b=$(ls /sys/class/scsi_disk/$1/device/block/ 2>/dev/null | head -n 1)
+  [ -n "$b" ] || { bad "LUN $1 has no block device"; return; }
+  [ "$b" = "$DEV" ] && return 0
+  dd if=/dev/urandom of=/tmp/patL bs=64k count=16 2>/dev/null
+  s=$(sha </tmp/patL)
+  dd if=/tmp/patL of=/dev/$b bs=64k count=16 oflag=direct conv=notrunc,fsync 2>/dev/null || bad "LUN $1: write failed"
+  r=$(dd if=/dev/$b bs=64k count=16 iflag=direct 2>/dev/null | sha)
+  [ "$r" = "$s" ] && say "lun $1 ($b, $(( $(cat /sys/block/$b/size) / 2048 )) MiB) rw=ok" || bad "LUN $1: readback mismatch"
+}
+nluns() { ls /sys/class/scsi_disk | wc -l; }
+if [ "${P_scsi_luns:-0}" -gt 0 ]; then
+  i=0; while [ "$(nluns)" -lt "$P_scsi_luns" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+  [ "$(nluns)" = "$P_scsi_luns" ] && say "scsi_luns=ok ($(ls /sys/class/scsi_disk | tr '\n' ' '))" \
+    || bad "the guest sees $(nluns) SCSI disks, not $P_scsi_luns"
+  for d in /sys/class/scsi_disk/*; do lun_rw "${d##*/}"; done
+fi
+if [ "${P_scsi_hotlun:-0}" = 1 ]; then   # the host adds a LUN over the server's QMP
+  before=" $(ls /sys/class/scsi_disk | tr '\n' ' ')"
+  n0=$(nluns)
+  say "waiting for a new LUN"
+  i=0; while [ "$(nluns)" -le "$n0" ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done
+  new=""
+  for d in /sys/class/scsi_disk/*; do case "$before " in *" ${d##*/} "*) ;; *) new=${d##*/} ;; esac; done
+  if [ -n "$new" ]; then
+    i=0; while ! ls /sys/class/scsi_disk/$new/device/block/* >/dev/null 2>&1 && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+    lun_rw "$new" && say "hotlun=ok $new"
+  else
+    bad "no new LUN appeared"
+  fi
+fi
+
 if [ "${P_resize_sectors:-0}" -gt 0 ]; then   # the host grows the disk under us
   say "waiting for resize to $P_resize_sectors sectors (now $(cat $B/size))"
   i=0; while [ "$(cat $B/size)" != "$P_resize_sectors" ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done
@@ -559,6 +616,7 @@ build_initramfs() {
   mknod -m 600 "$root/dev/console" c 5 1 2>/dev/null || true   # /init copes without it (non-root)
   MOD_ORDER=()
   for m in virtio_pci virtio_blk; do add_module "$m"; done
+  [ $SCSI = 1 ] && { add_module virtio_scsi; add_module sd_mod; }
   [ "$MODE" = nbd-kernel ] && { add_module virtio_net; add_module nbd; }
   for m in "${MOD_ORDER[@]}"; do cp "$(mod_path "$m")" "$root/lib/modules/"; done
   printf '%s\n' "${MOD_ORDER[@]}" > "$root/lib/modules/load-order"
@@ -619,6 +677,7 @@ start_server() {
   SERVER_PID=$!
   for i in $(seq 300); do
     if [ -n "$HOTPLUG_CMD" ]; then [ -S "$SOCK.qmp" ] && return 0
+    elif [ -n "$LUN_CMD" ]; then [ -S "$SOCK" ] && [ -S "$SOCK.qmp" ] && return 0
     elif [ $MIGRATE = 1 ]; then [ -S "$SOCK" ] && [ -S "$SOCK.dst" ] && return 0
     elif [ -n "$SOCK" ]; then [ -S "$SOCK" ] && return 0; else port_listening "$NBD_PORT" && return 0; fi
     kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG" >&2; die "server exited before listening"; }
@@ -655,6 +714,9 @@ APPEND="$APPEND vmtest.test_mb=$TEST_MB vmtest.perf_mb=$PERF_MB vmtest.perf4k_mb
 [ $FLUSH_REQUIRED = 1 ] && APPEND="$APPEND vmtest.flush_required=1"
 [ $FIO = 1 ] && APPEND="$APPEND vmtest.fio=1 vmtest.fio_runtime=$FIO_RUNTIME vmtest.fio_mb=16"
 [ -n "$HOTPLUG_CMD" ] && APPEND="$APPEND vmtest.hotplug=1"
+[ $SCSI = 1 ] && APPEND="$APPEND vmtest.scsi=1"
+[ "$SCSI_LUNS" -gt 0 ] && APPEND="$APPEND vmtest.scsi_luns=$SCSI_LUNS"
+[ -n "$LUN_CMD" ] && APPEND="$APPEND vmtest.scsi_hotlun=1"
 [ "$RESIZE_MB" -gt 0 ] && APPEND="$APPEND vmtest.resize_sectors=$((RESIZE_MB * 2048))"
 [ $MIGRATE = 1 ] && APPEND="$APPEND vmtest.migrate=1 vmtest.migrate_flag_mb=$((DISK_MB - SEED_MB - MIGRATE_FLAG_MB))"
 
@@ -671,6 +733,9 @@ case "$MODE" in
       QEMU+=(-qmp "unix:$RUN/qemu.qmp,server=on,wait=off"
              -chardev "socket,id=vu0,path=$SOCK"
              -device "vhost-user-blk-pci,chardev=vu0,num-queues=$NUM_QUEUES${DEVICE_OPTS:+,$DEVICE_OPTS}")
+    elif [ $SCSI = 1 ]; then
+      QEMU+=(-chardev "socket,id=vu0,path=$SOCK"
+             -device "vhost-user-scsi-pci,chardev=vu0,num_queues=$NUM_QUEUES${DEVICE_OPTS:+,$DEVICE_OPTS}")
     else
       QEMU+=(-chardev "socket,id=vu0,path=$SOCK"
              -device "vhost-user-blk-pci,chardev=vu0,num-queues=$NUM_QUEUES${DEVICE_OPTS:+,$DEVICE_OPTS}")
@@ -748,6 +813,11 @@ if [ $MIGRATE = 1 ]; then
   MIGRATE_PID=$!
 fi
 run_guest & GUEST_PID=$!
+if [ -n "$LUN_CMD" ]; then
+  ( export VMTEST_CONSOLE=$CONSOLE_LOG
+    rc=0; bash -c "$LUN_CMD" >"$RUN/lun.log" 2>&1 || rc=$?; echo $rc >"$RUN/lun.rc" ) &
+  LUN_PID=$!
+fi
 if [ -n "$HOTPLUG_CMD" ]; then
   ( export VMTEST_QEMU_QMP=$RUN/qemu.qmp VMTEST_CONSOLE=$CONSOLE_LOG
     rc=0; bash -c "$HOTPLUG_CMD" >"$RUN/hotplug.log" 2>&1 || rc=$?; echo $rc >"$RUN/hotplug.rc" ) &
@@ -755,6 +825,7 @@ if [ -n "$HOTPLUG_CMD" ]; then
 fi
 wait "$GUEST_PID" || true
 if [ -n "$HOTPLUG_CMD" ]; then wait "$HOTPLUG_PID" 2>/dev/null || true; fi
+if [ -n "$LUN_CMD" ]; then wait "$LUN_PID" 2>/dev/null || true; fi
 if [ $MIGRATE = 1 ]; then
   wait "$MIGRATE_PID" 2>/dev/null || true
   # Without a completed migration the destination only waits: stop it.
@@ -775,6 +846,9 @@ FAIL=""
 [ -e "$RUN/server-died" ] && FAIL="$FAIL server-exited-during-test"
 if [ -n "$HOTPLUG_CMD" ] && [ "$(cat "$RUN/hotplug.rc" 2>/dev/null)" != 0 ]; then
   FAIL="$FAIL hotplug-cmd-failed"; echo "--- hotplug log ---"; cat "$RUN/hotplug.log"
+fi
+if [ -n "$LUN_CMD" ] && [ "$(cat "$RUN/lun.rc" 2>/dev/null)" != 0 ]; then
+  FAIL="$FAIL lun-cmd-failed"; echo "--- lun log ---"; cat "$RUN/lun.log"
 fi
 [ "$QRC" != 0 ] && [ "$QRC" != 124 ] && [ ! -e "$RUN/server-died" ] && FAIL="$FAIL qemu-exit-$QRC"
 if [ $MIGRATE = 1 ]; then
@@ -802,7 +876,7 @@ PASS_AT=$(sed -n 's/^\[host *\([0-9.]*\)\] VMTEST: RESULT PASS.*/\1/p' "$CONSOLE
 echo "==================== run-vm-test summary ===================="
 echo "mode=$MODE num_queues=$NUM_QUEUES smp=$SMP mem=${MEM_MB}M kernel=$KDEB_NAME"
 if [ $EXTERNAL = 1 ]; then echo "server: external ${SOCKET:-$NBD_TCP}"; else echo "server: ${SERVER_CMD:-qemu-storage-daemon} (pid $SERVER_PID)"; fi
-grep -E 'VMTEST: (resize|migrate_|guest_queues|queue |virtio_features|disk_mb|cache_type|io_stats|irq |seed_check|serial_rw|parallel_rw|discard|perf |fio_|nbd|WARN|ERROR)' "$CONSOLE_LOG" \
+grep -E 'VMTEST: (scsi|lun |hotlun|resize|migrate_|guest_queues|queue |virtio_features|disk_mb|cache_type|io_stats|irq |seed_check|serial_rw|parallel_rw|discard|perf |fio_|nbd|WARN|ERROR)' "$CONSOLE_LOG" \
   | sed 's/^\[host *[0-9.]*\] VMTEST: /  /' || true
 echo "  host_image_check=$HOSTCHK"
 echo "  qemu_wall_s=$((WALL_MS / 1000)).$(printf %03d $((WALL_MS % 1000))) boot_to_result_s=${PASS_AT:-n/a} (host clock, from QEMU start)"

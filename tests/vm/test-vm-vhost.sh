@@ -8,7 +8,9 @@
 # guest (export over ioplane's QMP, QEMU's device_add) and resized under it, and once
 # live-migrated to a second QEMU (on a second export of the same disk) while it writes,
 # once on packed virtqueues, and with a live external snapshot taken while the guest
-# writes and verifies.
+# writes and verifies. Once more through vhost-user-scsi-pci: the guest's sd driver sees
+# LUN 0 (every check above) and LUN 1, writes and verifies both, and a LUN hot-added
+# over ioplane's QMP (x-vhost-user-scsi-lun-add) appears in it and verifies too.
 # Recipe: tests/vm/run-vm-test.sh.
 #
 # Needs qemu-system-x86_64, busybox-static, cpio, dpkg-deb and apt-get (the kernel .deb
@@ -16,7 +18,7 @@
 # $IOPLANE_VM_WORKDIR, default /var/tmp/ioplane-vmtest). Skips (77) when any is missing.
 # IOPLANE_VM_QUEUES="1 2 4" picks the runs; IOPLANE_VM_QCOW2=0 skips the qcow2 run,
 # IOPLANE_VM_MIGRATE=0 the migration, IOPLANE_VM_PACKED=0 the packed-ring run,
-# IOPLANE_VM_SNAPSHOT=0 the live-snapshot run.
+# IOPLANE_VM_SNAPSHOT=0 the live-snapshot run, IOPLANE_VM_SCSI=0 the vhost-user-scsi run.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -91,6 +93,17 @@ if [ "${IOPLANE_VM_MIGRATE:-1}" = 1 ]; then
 		--server-cmd "exec $serve --image d,file=\"\$VMTEST_IMG\",format=raw --vhost-user-blk unix=\"\$VMTEST_SOCK\",$mig_opts --vhost-user-blk unix=\"\$VMTEST_SOCK2\",$mig_opts"
 	grep -q 'migrate_rw=ok' "$tmp/migrate.log" || { echo "FAIL: no migrate_rw=ok"; exit 1; }
 	grep 'migration: completed' "$tmp/migrate.log"
+fi
+
+# vhost-user-scsi: LUN 0 the test disk, LUN 1 from luns=[...], LUN 2 hot-added.
+if [ "${IOPLANE_VM_SCSI:-1}" = 1 ]; then
+	scsi_nodes="--blockdev driver=file,node-name=d,filename=\"\$VMTEST_IMG\" --blockdev driver=file,node-name=l1,filename=$tmp/lun1.raw --blockdev driver=file,node-name=l2,filename=$tmp/lun2.raw"
+	scsi_export='type=vhost-user-scsi,id=s0,node-name=d,writable=on,num-queues=$VMTEST_NUM_QUEUES,addr.type=unix,addr.path="$VMTEST_SOCK",luns.0.lun=1,luns.0.node-name=l1'
+	run scsi --scsi --num-queues 2 --scsi-luns 2 \
+		--lun-cmd "exec python3 $here/vm-scsi-lun.py s0 2 l2" \
+		--server-cmd "truncate -s 64M $tmp/lun1.raw $tmp/lun2.raw && exec $serve $scsi_nodes --monitor unix=\"\$VMTEST_SOCK.qmp\" --export $scsi_export"
+	grep -q 'scsi_luns=ok' "$tmp/scsi.log" && grep -q 'hotlun=ok' "$tmp/scsi.log" ||
+		{ echo "FAIL: the guest did not see every LUN"; exit 1; }
 fi
 
 for nq in $queues; do
