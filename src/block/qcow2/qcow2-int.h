@@ -465,6 +465,8 @@ void qc_meta_free(struct qc_state *s);
  * more than it should, which is safe. */
 int qc_mset_add(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind);
 void qc_mset_del(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind);
+/* Rebuild the snapshots' L1 ranges from s->snaps (lock held). */
+int qc_snap_ranges_reset(struct qc_state *s);
 bool qc_snap_l1_hit(const struct qc_state *s, uint64_t off, uint64_t len);
 /* The slot of cluster c, made (zeroed) if missing: valid until the next
  * call; NULL: out of memory. check.c uses such sets of its own too. */
