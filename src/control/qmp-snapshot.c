@@ -416,5 +416,5 @@ int qmp_snapshot_register(void)
 		ret = qmp_txn_register(&plain_ops);
 	for (size_t i = 0; i < sizeof(snap_cmds) / sizeof(snap_cmds[0]) && !ret; i++)
 		ret = qmp_register(&snap_cmds[i]);
-	return ret;
+	return ret ? ret : qmp_snapshot_internal_register();
 }
