@@ -16,6 +16,14 @@ struct qc_snapshot;
  * name. fix: l1 is the active table; its L1 and L2 entries get COPIED
  * exactly where the refcount is 1 afterwards. */
 int qc_snap_walk(struct qc_state *s, uint64_t *l1, uint32_t n, int delta, bool fix);
+/* The same, stopping after limit refcount changes; done counts them (a walk
+ * that failed is undone by one with -delta and limit = its done). */
+struct qc_walk {
+	int delta;
+	bool fix;
+	uint64_t done, limit;
+};
+int qc_snap_walk_w(struct qc_state *s, uint64_t *l1, uint32_t n, struct qc_walk *w);
 /* Drop one reference of each cluster of [off, off + bytes). */
 int qc_snap_free_clusters(struct qc_state *s, uint64_t off, uint64_t bytes);
 /* Write the cached refcount blocks (and table) and flush. */

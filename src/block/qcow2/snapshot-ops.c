@@ -86,6 +86,23 @@ static int qso_end(struct qc_state *s, int ret)
 	return ret;
 }
 
+/* A walk over the active L1 that fails half-way (a refcount at its
+ * maximum) is undone: the references it counted are dropped again and
+ * COPIED made to agree, so that nothing changed (QEMU leaks them). */
+static int qso_walk_active(struct qc_state *s, int delta)
+{
+	struct qc_walk w = {.delta = delta, .fix = true, .limit = UINT64_MAX};
+	int ret = qc_snap_walk_w(s, s->l1, s->l1_size, &w);
+
+	if (ret && ret != -EIO) {
+		struct qc_walk u = {.delta = -delta, .limit = w.done};
+
+		if (!qc_snap_walk_w(s, s->l1, s->l1_size, &u))
+			qc_snap_walk(s, s->l1, s->l1_size, 0, true);
+	}
+	return ret;
+}
+
 /* ---- create ---- */
 
 static char *qso_next_id(const struct qc_state *s)
@@ -161,6 +178,9 @@ static int qso_create_co(void *arg)
 	ret = qso_begin(c);
 	if (!ret && s->nsnaps >= QC_MAX_SNAPSHOTS)
 		ret = qso_err(c, -EFBIG, "%s", "too many snapshots");
+	/* QEMU fails the same way, having leaked a cluster. */
+	if (!ret && s->rc_max < 2)
+		ret = qso_err(c, -EINVAL, "%s", "1-bit refcounts cannot count a snapshot");
 	if (!ret)
 		ret = qso_new_entry(c, &sn);
 	if (!ret)
@@ -168,7 +188,7 @@ static int qso_create_co(void *arg)
 	if (!ret)
 		ret = qso_dirty(s);
 	if (!ret)
-		ret = qc_snap_walk(s, s->l1, s->l1_size, 1, true);
+		ret = qso_walk_active(s, 1);
 	if (!ret)
 		ret = qc_snap_rc_durable(s);
 	if (!ret)
@@ -184,6 +204,9 @@ static int qso_create_co(void *arg)
 		ret = qc_snap_list_set(s, v, s->nsnaps + 1);
 		v = NULL;
 		sn.id = sn.name = NULL;
+	} else if (sn.l1_offset && !s->corrupt) { /* not in a table: no longer needed */
+		qc_snap_free_clusters(s, sn.l1_offset, (uint64_t)sn.l1_size * 8);
+		qso_end(s, 0);
 	}
 	ret = qso_end(s, ret);
 	qc_co_unlock(s, &s->meta);
@@ -359,12 +382,14 @@ int qcow2_snapshot_create(struct blk_node *bs, const struct qcow2_snapshot_param
 			  size_t errlen)
 {
 	struct qso_ctx c = {.p = p, .err = err, .errlen = errlen};
+	int ret;
 
 	if (qcow2_is(bs) && (strlen(p->name) > 0xffff || (p->id && strlen(p->id) > 0xffff))) {
 		snprintf(err, errlen, "snapshot name or id too long");
 		return -EINVAL;
 	}
-	return qso_run(bs, qso_create_co, &c);
+	ret = qso_run(bs, qso_create_co, &c);
+	return ret == -ERANGE ? -EINVAL : ret; /* a refcount at its maximum: QEMU's -EINVAL */
 }
 
 int qcow2_snapshot_goto(struct blk_node *bs, const char *id_or_name, char *err, size_t errlen)

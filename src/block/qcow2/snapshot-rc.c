@@ -11,25 +11,38 @@
 #include "block/qcow2/qcow2-int.h"
 #include "block/qcow2/snapshot-int.h"
 
+/* One refcount change of the walk: 1 once the limit is reached (stop). */
+static int qsr_update(struct qc_state *s, struct qc_walk *w, uint64_t c)
+{
+	int ret;
+
+	if (w->done == w->limit)
+		return 1;
+	ret = qc_rc_update(s, c, w->delta);
+	if (!ret)
+		w->done++;
+	return ret;
+}
+
 /* Add delta to the refcounts of the clusters one L2 entry names (data and
  * compressed clusters; none with an external data file, whose clusters
  * have no refcount). */
-static int qsr_entry_refs(struct qc_state *s, uint64_t e, int delta)
+static int qsr_entry_refs(struct qc_state *s, struct qc_walk *w, uint64_t e)
 {
 	uint64_t off, len, c, last;
 	int ret = 0;
 
-	if (!delta || s->data_external)
+	if (!w->delta || s->data_external)
 		return 0;
 	if (e & QC_OFLAG_COMPRESSED) {
 		qc_comp_desc(s, e, &off, &len);
 		last = (off + len - 1) >> s->cluster_bits;
 		for (c = off >> s->cluster_bits; c <= last && !ret; c++)
-			ret = qc_rc_update(s, c, delta);
+			ret = qsr_update(s, w, c);
 		return ret;
 	}
 	off = e & QC_OFFSET_MASK;
-	return off ? qc_rc_update(s, off >> s->cluster_bits, delta) : 0;
+	return off ? qsr_update(s, w, off >> s->cluster_bits) : 0;
 }
 
 /* The entry with COPIED exactly when the cluster it names has refcount 1. */
@@ -48,7 +61,7 @@ static int qsr_fix_copied(struct qc_state *s, uint64_t e, uint64_t *ne)
 }
 
 /* One slice of an L2 table (first guest cluster gc0). */
-static int qsr_slice(struct qc_state *s, uint64_t key, uint64_t gc0, int delta, bool fix)
+static int qsr_slice(struct qc_state *s, uint64_t key, uint64_t gc0, struct qc_walk *w)
 {
 	unsigned n = (1u << s->l2c.slice_bits) / s->l2_entry_bytes, i;
 	uint64_t e, bm, ne;
@@ -67,10 +80,10 @@ static int qsr_slice(struct qc_state *s, uint64_t key, uint64_t gc0, int delta, 
 			continue;
 		ret = qc_entry_check(s, gc0 + i, e, bm, QC_OL_FIXED);
 		if (!ret)
-			ret = qsr_entry_refs(s, e, delta);
-		if (!ret && fix)
+			ret = qsr_entry_refs(s, w, e);
+		if (!ret && w->fix)
 			ret = qsr_fix_copied(s, e, &ne);
-		if (!ret && fix && ne != e) {
+		if (!ret && w->fix && ne != e) {
 			pthread_mutex_lock(&s->lock);
 			qc_wr64(p, ne);
 			pthread_mutex_unlock(&s->lock);
@@ -80,7 +93,7 @@ static int qsr_slice(struct qc_state *s, uint64_t key, uint64_t gc0, int delta, 
 	return ret;
 }
 
-static int qsr_l2(struct qc_state *s, uint64_t l1i, uint64_t l2off, int delta, bool fix)
+static int qsr_l2(struct qc_state *s, uint64_t l1i, uint64_t l2off, struct qc_walk *w)
 {
 	uint64_t per = 1ull << (s->l2c.slice_bits - (s->l2_entry_bytes == 16 ? 4 : 3));
 	uint64_t nslices = s->cluster_size >> s->l2c.slice_bits, j;
@@ -88,11 +101,18 @@ static int qsr_l2(struct qc_state *s, uint64_t l1i, uint64_t l2off, int delta, b
 
 	for (j = 0; j < nslices && !ret; j++)
 		ret = qsr_slice(s, l2off + (j << s->l2c.slice_bits), (l1i << s->l2_bits) + j * per,
-				delta, fix);
+				w);
 	return ret;
 }
 
 int qc_snap_walk(struct qc_state *s, uint64_t *l1, uint32_t n, int delta, bool fix)
+{
+	struct qc_walk w = {.delta = delta, .fix = fix, .limit = UINT64_MAX};
+
+	return qc_snap_walk_w(s, l1, n, &w);
+}
+
+int qc_snap_walk_w(struct qc_state *s, uint64_t *l1, uint32_t n, struct qc_walk *w)
 {
 	uint64_t off, ne, rc;
 	char buf[160];
@@ -108,12 +128,12 @@ int qc_snap_walk(struct qc_state *s, uint64_t *l1, uint32_t n, int delta, bool f
 		if (why)
 			return qc_corrupt(s, "L2 table offset 0x%llx (L1 entry %u) %s",
 					  (unsigned long long)off, i, why);
-		ret = qsr_l2(s, i, off, delta, fix);
-		if (!ret && delta)
-			ret = qc_rc_update(s, off >> s->cluster_bits, delta);
-		if (!ret && delta < 0 && qc_rc_get(s, off >> s->cluster_bits, &rc) == 0 && !rc)
+		ret = qsr_l2(s, i, off, w);
+		if (!ret && w->delta)
+			ret = qsr_update(s, w, off >> s->cluster_bits);
+		if (!ret && w->delta < 0 && qc_rc_get(s, off >> s->cluster_bits, &rc) == 0 && !rc)
 			qc_cache_forget(s, &s->l2c, off, s->cluster_size);
-		if (!ret && fix) {
+		if (!ret && w->fix) {
 			ret = qsr_fix_copied(s, l1[i], &ne);
 			if (!ret && ne != l1[i] && l1 == s->l1) {
 				pthread_mutex_lock(&s->lock);
@@ -124,7 +144,7 @@ int qc_snap_walk(struct qc_state *s, uint64_t *l1, uint32_t n, int delta, bool f
 			}
 		}
 	}
-	return ret;
+	return ret > 0 ? 0 : ret;
 }
 
 int qc_snap_free_clusters(struct qc_state *s, uint64_t off, uint64_t bytes)
