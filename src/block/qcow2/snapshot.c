@@ -1,7 +1,7 @@
 /* qcow2 internal snapshots: the snapshot table is parsed and validated so
  * that images with snapshots open, show up in `img info` and are checked.
- * Snapshots are kept intact, never created, applied or deleted here: their
- * clusters have refcounts above one, and the write path copies them first.
+ * Their clusters have refcounts above one, and the write path copies them
+ * first; snapshot-ops.c creates, applies and deletes them.
  *
  * Threading: open (main thread, in a coroutine); read-only afterwards. */
 #include <errno.h>
