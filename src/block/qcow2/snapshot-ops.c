@@ -105,14 +105,15 @@ static int qso_walk_active(struct qc_state *s, int delta)
 
 /* ---- create ---- */
 
+/* QEMU's: one more than the largest number an id starts with. */
 static char *qso_next_id(const struct qc_state *s)
 {
 	unsigned long long max = 0, v;
-	char buf[24], *end;
+	char buf[24];
 
 	for (uint32_t i = 0; i < s->nsnaps; i++) {
-		v = strtoull(s->snaps[i].id, &end, 10);
-		if (!*end && v > max)
+		v = strtoull(s->snaps[i].id, NULL, 10);
+		if (v > max)
 			max = v;
 	}
 	snprintf(buf, sizeof(buf), "%llu", max + 1);
@@ -196,7 +197,8 @@ static int qso_create_co(void *arg)
 	if (!ret && !(v = calloc(s->nsnaps + 1, sizeof(*v))))
 		ret = -ENOMEM;
 	if (!ret) {
-		memcpy(v, s->snaps, s->nsnaps * sizeof(*v));
+		if (s->nsnaps)
+			memcpy(v, s->snaps, s->nsnaps * sizeof(*v));
 		v[s->nsnaps] = sn;
 		ret = qc_snap_table_write(s, v, s->nsnaps + 1);
 	}
