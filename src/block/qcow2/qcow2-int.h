@@ -433,6 +433,8 @@ int qc_header_write_features(struct qc_state *s, uint64_t incompat, uint64_t aut
 int qc_header_write_field(struct qc_state *s, unsigned off, const void *val, unsigned len);
 int qc_header_mark_dirty(struct qc_state *s);
 int qc_header_mark_clean(struct qc_state *s);
+/* The fields of sn but id and name (left NULL) into d. */
+void qc_snap_info(const struct qc_snapshot *sn, struct qcow2_snapshot_info *d);
 int qc_header_set_bitmaps(struct qc_state *s, unsigned count, uint64_t len, uint64_t off);
 void qc_header_free(struct qc_state *s);
 

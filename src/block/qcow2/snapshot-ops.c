@@ -412,22 +412,13 @@ int qcow2_snapshot_delete(struct blk_node *bs, const char *id, const char *name,
 			  struct qcow2_snapshot_info *out, char *err, size_t errlen)
 {
 	struct qso_ctx c = {.out = out, .err = err, .errlen = errlen};
-	const struct qc_snapshot *sn;
 
 	c.idx = qcow2_snapshot_find(bs, id, name);
 	if (qcow2_is(bs) && c.idx < 0) {
 		snprintf(err, errlen, "%s", strerror(ENOENT));
 		return -ENOENT;
 	}
-	if (out && c.idx >= 0) {
-		sn = &((struct qc_state *)bs->opaque)->snaps[c.idx];
-		memset(out, 0, sizeof(*out));
-		out->vm_state_size = sn->vm_state_size;
-		out->disk_size = sn->disk_size;
-		out->date_sec = sn->date_sec;
-		out->date_nsec = sn->date_nsec;
-		out->vm_clock_nsec = sn->vm_clock_nsec;
-		out->icount = sn->icount;
-	}
+	if (out && c.idx >= 0)
+		qc_snap_info(&((struct qc_state *)bs->opaque)->snaps[c.idx], out);
 	return qso_run(bs, qso_delete_co, &c);
 }
