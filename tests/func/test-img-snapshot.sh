@@ -7,7 +7,8 @@
 # L2, 512-byte and 2 MiB clusters, compressed clusters): each tool lists and uses what the
 # other made, `qemu-img check` finds every step clean (no leak), each snapshot's view
 # (qemu-img convert -l) keeps the data it was taken with whatever is written, zeroed or
-# discarded later, and -a restores it exactly; errors get qemu-img's messages.
+# discarded later, and -a restores it exactly; img info (human and JSON) lists them as
+# qemu-img info does; errors get qemu-img's messages.
 . "$(dirname "$0")/img-lib.sh"
 
 # same_list ARGS... FILE: both tools print the same list (and both succeed).
@@ -91,6 +92,11 @@ for opts in "" "compat=0.10" "extended_l2=on" "cluster_size=512" "cluster_size=2
 	img snapshot -c three t.qcow2
 	same_list t.qcow2
 	qcheck t.qcow2
+	for o in human json; do # img info lists them as qemu-img info does
+		img info --output=$o t.qcow2
+		[ "$(cat "$OUT")" = "$(qemu-img info --output=$o t.qcow2)" ] ||
+			fail "[$opts] img info --output=$o differs from qemu-img's"
+	done
 	img snapshot -a one t.qcow2
 	qcheck t.qcow2
 	active t.qcow2 && cmp active.raw a0.raw || fail "[$opts] apply one"
