@@ -166,7 +166,7 @@ long qcow2_snapshot_find(struct blk_node *bs, const char *id, const char *name);
  * the snapshot stays. */
 int qcow2_snapshot_goto(struct blk_node *bs, const char *id_or_name, char *err, size_t errlen);
 /* Delete the snapshot found as qcow2_snapshot_find(id, name) finds it; out
- * (may be NULL) gets what it was (free its strings). */
+ * (may be NULL) gets what it was (on success: free its strings). */
 int qcow2_snapshot_delete(struct blk_node *bs, const char *id, const char *name,
 			  struct qcow2_snapshot_info *out, char *err, size_t errlen);
 

@@ -412,6 +412,7 @@ int qcow2_snapshot_delete(struct blk_node *bs, const char *id, const char *name,
 			  struct qcow2_snapshot_info *out, char *err, size_t errlen)
 {
 	struct qso_ctx c = {.out = out, .err = err, .errlen = errlen};
+	int ret;
 
 	c.idx = qcow2_snapshot_find(bs, id, name);
 	if (qcow2_is(bs) && c.idx < 0) {
@@ -420,5 +421,11 @@ int qcow2_snapshot_delete(struct blk_node *bs, const char *id, const char *name,
 	}
 	if (out && c.idx >= 0)
 		qc_snap_info(&((struct qc_state *)bs->opaque)->snaps[c.idx], out);
-	return qso_run(bs, qso_delete_co, &c);
+	ret = qso_run(bs, qso_delete_co, &c);
+	if (ret && out) { /* gone from the table perhaps, but a failure all the same */
+		free(out->id);
+		free(out->name);
+		out->id = out->name = NULL;
+	}
+	return ret;
 }
