@@ -3,8 +3,9 @@
  * clusters:
  *   create: L1 copy written and its refcount durable; every cluster the
  *           active L1 references gets one reference more, COPIED flags
- *           cleared (refcounts durable before the L2 and L1 tables); then a
- *           new snapshot table and the header switched to it.
+ *           cleared (refcount blocks, L2 and L1 tables written, then
+ *           flushed); then a new snapshot table and the header switched to
+ *           it.
  *   delete: the table without the entry and the header first; then the
  *           snapshot's references dropped, its L1 freed, COPIED set again
  *           where the active image is alone.
@@ -75,12 +76,33 @@ static int qso_dirty(struct qc_state *s)
 	return qc_header_mark_dirty(s);
 }
 
+/* After a walk: refcount blocks, L2 tables and L1 written back-to-back,
+ * then one flush. Which of them reaches the disk first does not matter
+ * (before the header names a new state, a mismatch is a flag check -r
+ * fixes and never a shared cluster written in place), so no flush stands
+ * between them: a kill lands between their writes only in a window of a
+ * few system calls. New refcount blocks are durable before the refcount
+ * table names them, as always. */
+static int qso_meta_out(struct qc_state *s)
+{
+	int ret = qc_cache_writeback(s, &s->rbc);
+
+	if (!ret && qc_rct_is_dirty(s)) {
+		ret = qc_co_flush(s->file);
+		if (!ret)
+			ret = qc_rct_write_dirty(s);
+	}
+	if (!ret)
+		ret = qc_cache_writeback(s, &s->l2c);
+	if (!ret && qc_table_is_dirty(s->l1_dirty, s->l1_size))
+		ret = qc_l1_write_dirty(s);
+	return ret ? ret : qc_co_flush(s->file);
+}
+
 static int qso_end(struct qc_state *s, int ret)
 {
 	if (!ret)
-		ret = qc_snap_rc_durable(s);
-	if (!ret)
-		ret = qc_metadata_writeback(s, true);
+		ret = qso_meta_out(s);
 	if (!ret && !s->lazy && s->hdr_dirty_set)
 		ret = qc_header_mark_clean(s);
 	return ret;
@@ -191,9 +213,7 @@ static int qso_create_co(void *arg)
 	if (!ret)
 		ret = qso_walk_active(s, 1);
 	if (!ret)
-		ret = qc_snap_rc_durable(s);
-	if (!ret)
-		ret = qc_metadata_writeback(s, true);
+		ret = qso_meta_out(s);
 	if (!ret && !(v = calloc(s->nsnaps + 1, sizeof(*v))))
 		ret = -ENOMEM;
 	if (!ret) {
