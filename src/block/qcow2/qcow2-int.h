@@ -104,6 +104,10 @@ struct qc_snapshot {
 	char *id, *name;
 	uint32_t date_sec, date_nsec;
 	uint64_t vm_clock_nsec, vm_state_size, disk_size, icount;
+	/* Extra data past the fields known here (a newer writer's), kept as
+	 * found and written back with the entry (malloc'ed; NULL: none). */
+	uint8_t *extra_more;
+	uint32_t extra_more_len;
 };
 
 /* ---- metadata overlap (overlap.c) ---- */

@@ -175,7 +175,8 @@ int qc_snap_rc_durable(struct qc_state *s)
 
 static uint64_t qsr_entry_len(const struct qc_snapshot *sn)
 {
-	return qc_align_up(40 + QSR_EXTRA + strlen(sn->id) + strlen(sn->name), 8);
+	return qc_align_up(40 + QSR_EXTRA + sn->extra_more_len + strlen(sn->id) + strlen(sn->name),
+			   8);
 }
 
 static void qsr_encode(const struct qc_snapshot *sn, uint8_t *p)
@@ -192,10 +193,13 @@ static void qsr_encode(const struct qc_snapshot *sn, uint8_t *p)
 	qc_wr32(p + 20, sn->date_nsec);
 	qc_wr64(p + 24, sn->vm_clock_nsec);
 	qc_wr32(p + 32, sn->vm_state_size > UINT32_MAX ? 0 : (uint32_t)sn->vm_state_size);
-	qc_wr32(p + 36, QSR_EXTRA);
+	qc_wr32(p + 36, QSR_EXTRA + sn->extra_more_len);
 	qc_wr64(p + 40, sn->vm_state_size);
 	qc_wr64(p + 48, sn->disk_size);
 	qc_wr64(p + 56, sn->icount);
+	if (sn->extra_more_len)
+		memcpy(p + 64, sn->extra_more, sn->extra_more_len);
+	p += sn->extra_more_len;
 	memcpy(p + 64, sn->id, idl);
 	memcpy(p + 64 + idl, sn->name, nml);
 }
@@ -291,6 +295,7 @@ int qc_snap_list_set(struct qc_state *s, struct qc_snapshot *v, uint32_t n)
 		if (!kept) {
 			free(old[i].id);
 			free(old[i].name);
+			free(old[i].extra_more);
 		}
 	}
 	free(old);
