@@ -3,16 +3,43 @@ test-qmp-snapshot-internal-live.py): a daemon exporting two qcow2 images, n over
 and v over vhost-user-blk, and the writers that keep them busy (fio with verify over
 NBD, `ioplane bench --vhost-user -w --verify` pass after pass)."""
 import os
+import shutil
 import struct
 import subprocess
 import time
 
-from _qmp import IOPLANE, Daemon, fail
+from _qmp import IOPLANE, Daemon, fail, skip
 
 MiB = 1 << 20
 BLOCKS = 4096  # vhost-user-blk: 16 MiB of 4 KiB blocks
 PASSES = 8  # bench -w runs one after another: snapshots land before the last
 PATTERN = 7
+
+
+def need_tools():
+    """Skip unless qemu-img and a fio with the nbd engine are here."""
+    for t in ('qemu-img', 'fio'):
+        if not shutil.which(t):
+            skip('%s is not installed' % t)
+    r = subprocess.run(['fio', '--enghelp'], capture_output=True, text=True)
+    if 'nbd' not in r.stdout.split():
+        skip('this fio has no nbd engine')
+
+
+def serve(tmp, parts):
+    """The daemon of daemon(tmp), with each part(c, tmp, sock, vsock) run in turn while
+    it serves; then quit."""
+    d, sock, vsock = daemon(tmp)
+    good = False
+    try:
+        c = d.client().negotiate()
+        for part in parts:
+            part(c, tmp, sock, vsock)
+        c.cmd('quit')
+        d.wait()
+        good = True
+    finally:
+        d.cleanup(good)
 
 
 def run(argv, **kw):

@@ -16,15 +16,13 @@ first NBD snapshot, taken mid-stream, differs from the final content.
 Exit 0 pass, 77 skip, 1 fail."""
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _qmp import fail, skip  # noqa: E402
-from _snaplive import (bad_block, bench_done, bench_writer, daemon, fio, fio_done,  # noqa: E402
-                       run, wait_writes)
+from _qmp import fail  # noqa: E402
+from _snaplive import (bad_block, bench_done, bench_writer, fio, fio_done, need_tools,  # noqa: E402
+                       run, serve, wait_writes)
 
 
 def snap(c, node, name, proc):
@@ -36,7 +34,7 @@ def snap(c, node, name, proc):
         fail('the writer ended while the snapshot was taken: no load to show')
 
 
-def nbd_part(c, tmp, sock):
+def nbd_part(c, tmp, sock, vsock):
     f = fio(tmp, sock, 'isnap')
     for name in ('n1', 'n2', 'n3'):
         snap(c, 'n', name, f)
@@ -46,7 +44,7 @@ def nbd_part(c, tmp, sock):
     fio_done(f)
 
 
-def vhost_part(c, vsock):
+def vhost_part(c, tmp, sock, vsock):
     w = bench_writer(vsock)
     snap(c, 'v', 'v1', w)
     wait_writes(c, 'v', w, 64)
@@ -73,25 +71,10 @@ def check_image(img, names, tmp):
 
 
 def main():
-    for t in ('qemu-img', 'fio'):
-        if not shutil.which(t):
-            skip('%s is not installed' % t)
-    r = subprocess.run(['fio', '--enghelp'], capture_output=True, text=True)
-    if 'nbd' not in r.stdout.split():
-        skip('this fio has no nbd engine')
+    need_tools()
     with tempfile.TemporaryDirectory(prefix='ioplane-isnaplive.') as tmp:
-        d, sock, vsock = daemon(tmp)
+        serve(tmp, [nbd_part, vhost_part])
         n, v = os.path.join(tmp, 'n.qcow2'), os.path.join(tmp, 'v.qcow2')
-        good = False
-        try:
-            c = d.client().negotiate()
-            nbd_part(c, tmp, sock)
-            vhost_part(c, vsock)
-            c.cmd('quit')
-            d.wait()
-            good = True
-        finally:
-            d.cleanup(good)
         check_image(n, ['n1', 'n3', 'n4'], tmp)
         check_image(v, ['v1', 'v2'], tmp)
         raw = os.path.join(tmp, 'v.raw')

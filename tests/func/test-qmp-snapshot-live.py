@@ -16,16 +16,14 @@ exactly what bench wrote.
 Exit 0 pass, 77 skip, 1 fail."""
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _qmp import fail, skip  # noqa: E402
-from _snaplive import (bad_block, bench_done, bench_writer, daemon, fio, fio_done,  # noqa: E402
-                       run, writes)
+from _qmp import fail  # noqa: E402
+from _snaplive import (bad_block, bench_done, bench_writer, fio, fio_done, need_tools,  # noqa: E402
+                       run, serve, writes)
 
 
 def snapshot_when_writing(c, node, proc, overlay, name):
@@ -59,7 +57,7 @@ def check_chain(base, top):
              % (base, top, allocated(base), allocated(top)))
 
 
-def nbd_part(c, tmp, sock):
+def nbd_part(c, tmp, sock, vsock):
     f = fio(tmp, sock, 'snap')
     # Under load, a transaction whose second action fails: the first, switched
     # already, is undone; the export stays on n and fio notices nothing.
@@ -83,32 +81,17 @@ def nbd_part(c, tmp, sock):
     fio_done(f)
 
 
-def vhost_part(c, tmp, vsock):
+def vhost_part(c, tmp, sock, vsock):
     w = bench_writer(vsock)
     snapshot_when_writing(c, 'v', w, os.path.join(tmp, 'v-o1.qcow2'), 'v-o1')
     bench_done(w, vsock)
 
 
 def main():
-    for t in ('qemu-img', 'fio'):
-        if not shutil.which(t):
-            skip('%s is not installed' % t)
-    r = subprocess.run(['fio', '--enghelp'], capture_output=True, text=True)
-    if 'nbd' not in r.stdout.split():
-        skip('this fio has no nbd engine')
+    need_tools()
     with tempfile.TemporaryDirectory(prefix='ioplane-snaplive.') as tmp:
-        d, sock, vsock = daemon(tmp)
+        serve(tmp, [nbd_part, vhost_part])
         n, v = os.path.join(tmp, 'n.qcow2'), os.path.join(tmp, 'v.qcow2')
-        ok = False
-        try:
-            c = d.client().negotiate()
-            nbd_part(c, tmp, sock)
-            vhost_part(c, tmp, vsock)
-            c.cmd('quit')
-            d.wait()
-            ok = True
-        finally:
-            d.cleanup(ok)
         check_chain(n, os.path.join(tmp, 'n-o1.qcow2'))
         check_chain(v, os.path.join(tmp, 'v-o1.qcow2'))
         raw = os.path.join(tmp, 'v.raw')
