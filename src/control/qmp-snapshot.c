@@ -84,9 +84,9 @@ static int snap_drain(struct blk_node *bs, bool *flag, struct qmp_txn_err *e)
 }
 
 /* The old top is flushed (to stable storage) before an overlay names it,
- * as QEMU does; a drained node takes no flush (it would be held), so this
- * comes first. Writes acknowledged meanwhile are in its file already, as
- * every acknowledged write is. */
+ * as QEMU does, past any drain an earlier action of the transaction holds
+ * (blk_flush_tree_sync). Writes acknowledged meanwhile are in its file
+ * already, as every acknowledged write is. */
 static int snap_flush(struct snap *s, struct qmp_txn_err *e)
 {
 	if (!s->from->read_only && blk_flush_tree_sync(s->from))

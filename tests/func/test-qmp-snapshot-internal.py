@@ -121,7 +121,7 @@ def script(kind, tmp, opts):
 
         def cmd(name, args=None):
             r = untimed(c.cmd(name, args))
-            out.append((name, args, r))
+            out.append((name, json.loads(json.dumps(args).replace(d, '$D')), r))
             return r
 
         def mk(name):
@@ -166,6 +166,14 @@ def script(kind, tmp, opts):
         mk('s3')
         cmd('blockdev-snapshot-delete-internal-sync', {'device': 'q', 'name': 's3'})
         out.append(('snapshots after delete', snaps(c)))
+        # With an external snapshot in one transaction: the node, drained by the
+        # first action, still flushes for the second.
+        top = os.path.join(d, 'top.qcow2')
+        cmd('transaction', {'actions': [
+            {'type': 'blockdev-snapshot-internal-sync', 'data': {'device': 'q', 'name': 'x1'}},
+            {'type': 'blockdev-snapshot-sync', 'data': {
+                'node-name': 'q', 'snapshot-file': top, 'snapshot-node-name': 't'}}]})
+        out.append(('snapshots of the old top', snaps(c)))
         c.cmd('quit')
         dm.wait()
         ok = True

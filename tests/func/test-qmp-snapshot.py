@@ -106,8 +106,10 @@ def script(kind, tmp):
             'node-name': 'nope', 'snapshot-file': o2, 'snapshot-node-name': 'o2'}}]})
         out.append(('exports after a failed transaction', export_node(c)))
         out.append(('nodes after a failed transaction', nodes(c)))
-        # The first snapshot, in a transaction.
-        want_ok('transaction', {'actions': [act]})
+        # The first snapshot, in a transaction with a new bitmap (the backup tools'
+        # point in time): the bitmap's drain must not hold the snapshot's flush.
+        want_ok('transaction', {'actions': [
+            {'type': 'block-dirty-bitmap-add', 'data': {'node': 'base', 'name': 'b0'}}, act]})
         out.append(('exports', export_node(c)))
         out.append(('nodes', nodes(c)))
         out.append(('base readable by others', run(['qemu-img', 'info', base],
