@@ -598,7 +598,8 @@ static void blk_sync_cb(struct blk_request *req, int ret)
 	s->done = true;
 }
 
-int blk_do_sync(struct blk_node *bs, struct blk_request *req)
+/* gated: held by a drain of bs like any request; else the drainer's own. */
+static int blk_sync_submit(struct blk_node *bs, struct blk_request *req, bool gated)
 {
 	struct loop *loop = loop_current();
 	struct blk_sync s = {0, false};
@@ -608,12 +609,17 @@ int blk_do_sync(struct blk_node *bs, struct blk_request *req)
 		return -EINVAL;
 	req->cb = blk_sync_cb;
 	req->opaque = &s;
-	ret = blk_submit(bs, req);
+	ret = gated ? blk_submit(bs, req) : blk_submit_child(bs, req);
 	if (ret)
 		return ret;
 	while (!s.done)
 		loop_run_once(loop, true);
 	return s.ret;
+}
+
+int blk_do_sync(struct blk_node *bs, struct blk_request *req)
+{
+	return blk_sync_submit(bs, req, true);
 }
 
 static int blk_rw_sync(struct blk_node *bs, uint8_t op, uint64_t offset, void *buf, uint64_t len,
@@ -647,4 +653,11 @@ int blk_flush_sync(struct blk_node *bs)
 	struct blk_request req = {.op = BLK_OP_FLUSH};
 
 	return blk_do_sync(bs, &req);
+}
+
+int blk_flush_sync_ungated(struct blk_node *bs)
+{
+	struct blk_request req = {.op = BLK_OP_FLUSH};
+
+	return blk_sync_submit(bs, &req, false);
 }

@@ -289,7 +289,9 @@ struct blk_node *blk_child(const struct blk_node *bs, const char *role);
  * first non-zero return, which it returns. */
 int blk_walk(struct blk_node *bs, int (*fn)(struct blk_node *bs, void *opaque), void *opaque);
 /* Flush bs and every writable node below it (a shutdown or close flush):
- * the first error, or 0. Synchronous, like blk_flush_sync(). */
+ * the first error, or 0. Synchronous, like blk_flush_sync_ungated(): also
+ * while the caller holds a drain of bs (a transaction whose earlier action
+ * drained the node). */
 int blk_flush_tree_sync(struct blk_node *bs);
 
 /* Submit from a loop thread. Checks, each failing with -errno and no callback:
@@ -332,6 +334,10 @@ const char *blk_op_name(enum blk_op op);
 int blk_pread(struct blk_node *bs, uint64_t offset, void *buf, uint64_t len);
 int blk_pwrite(struct blk_node *bs, uint64_t offset, const void *buf, uint64_t len, uint32_t flags);
 int blk_flush_sync(struct blk_node *bs);
+/* The same past a drain of bs: the control plane's own flush inside a drain
+ * it holds (QEMU flushes drained nodes too), which blk_flush_sync would
+ * wait for forever. */
+int blk_flush_sync_ungated(struct blk_node *bs);
 int blk_do_sync(struct blk_node *bs, struct blk_request *req);
 
 /* Format probing (probe.c), for every format qemu-img probes: the format

@@ -474,7 +474,7 @@ int blk_flush_tree_sync(struct blk_node *bs)
 
 	if (bs->read_only)
 		return 0;
-	ret = blk_flush_sync(bs);
+	ret = blk_flush_sync_ungated(bs);
 	for (i = 0; i < bs->nchildren; i++) {
 		r = blk_flush_tree_sync(bs->children[i].node);
 		ret = ret < 0 ? ret : r;

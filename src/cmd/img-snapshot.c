@@ -1,12 +1,15 @@
-/* `ioplane img snapshot`: qemu-img snapshot's command line. -l lists the
- * internal snapshots of a qcow2 image in qemu-img's table; -c, -a and -d
- * (create, apply, delete) are refused: ioplane does not change snapshot
- * tables yet.
+/* `ioplane img snapshot`: qemu-img snapshot's command line and messages.
+ * -l lists the internal snapshots of a qcow2 image in qemu-img's table; -c
+ * creates one (the next free id, the name given, the time now), -a reverts
+ * the image to one (found by id, else by name), -d deletes one (found by
+ * name, as qemu-img 7.2 finds it).
  *
  * Threading: main thread only (one loop, bound for the command's run). */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "block/qcow2/qcow2.h"
 #include "cmd/cmd.h"
@@ -69,6 +72,66 @@ static int snap_list(struct blk_node *bs, const char *file)
 	return 0;
 }
 
+static int snap_create(struct blk_node *bs, const char *name)
+{
+	struct qcow2_snapshot_params p = {.name = name};
+	struct timespec ts;
+	char msg[256];
+	int ret;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	p.date_sec = (uint32_t)ts.tv_sec;
+	p.date_nsec = (uint32_t)(ts.tv_nsec / 1000 * 1000); /* microseconds, as QEMU */
+	p.icount = 0;                                       /* qemu-img records 0 */
+	ret = qcow2_snapshot_create(bs, &p, msg, sizeof(msg));
+	if (ret)
+		img_err("Could not create snapshot '%s': %d (%s)", name, ret, strerror(-ret));
+	return ret;
+}
+
+static int snap_apply(struct blk_node *bs, const char *name)
+{
+	char msg[256] = "";
+	int ret = qcow2_snapshot_goto(bs, name, msg, sizeof(msg));
+
+	if (ret)
+		img_err("Could not apply snapshot '%s': Failed to load snapshot: %s", name,
+			strerror(-ret));
+	return ret;
+}
+
+static int snap_delete(struct blk_node *bs, const char *name)
+{
+	struct qcow2_snapshot_info out = {0};
+	char msg[256];
+	int ret;
+
+	if (qcow2_snapshot_find(bs, NULL, name) < 0) {
+		img_err("Could not delete snapshot '%s': snapshot not found", name);
+		return -ENOENT;
+	}
+	ret = qcow2_snapshot_delete(bs, NULL, name, &out, msg, sizeof(msg));
+	if (ret)
+		img_err("Could not delete snapshot '%s': Failed to delete snapshot: %s", name, msg);
+	free(out.id);
+	free(out.name);
+	return ret;
+}
+
+static int snap_run(struct snap_args *a, struct blk_node *bs, const char *file)
+{
+	switch (a->action) {
+	case 'c':
+		return snap_create(bs, a->name);
+	case 'a':
+		return snap_apply(bs, a->name);
+	case 'd':
+		return snap_delete(bs, a->name);
+	default:
+		return snap_list(bs, file);
+	}
+}
+
 int cmd_img_snapshot(int argc, char **argv)
 {
 	struct snap_args a = {0};
@@ -79,19 +142,15 @@ int cmd_img_snapshot(int argc, char **argv)
 
 	if (ret)
 		return ret > 0 ? 0 : 1;
-	if (a.action && a.action != 'l') {
-		img_err("snapshot -%c: creating, applying and deleting internal snapshots is not "
-			"supported by ioplane yet (qemu-img snapshot does it)",
-			a.action);
-		return 1;
-	}
 	img_open_opts_from(&oo, &a.c);
 	oo.flags |= IMG_OPEN_NO_BACKING; /* as qemu-img: the table is the image's own */
+	if (a.action && a.action != 'l')
+		oo.flags |= IMG_OPEN_RW;
 	ret = img_loop_start(&loop);
 	if (!ret)
 		ret = img_open(a.c.files[0], &oo, &bs, NULL);
 	if (!ret)
-		ret = snap_list(bs, a.c.files[0]);
+		ret = snap_run(&a, bs, a.c.files[0]);
 	img_loop_end(loop, bs);
 	return ret ? 1 : 0;
 }

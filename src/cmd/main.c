@@ -28,7 +28,7 @@ static const struct cmd img_cmds[] = {
 	{ "compare", cmd_img_compare, "compare the contents of two images" },
 	{ "resize", cmd_img_resize, "change an image's virtual size" },
 	{ "bitmap", cmd_img_bitmap, "add, remove, clear, enable, disable or merge qcow2 bitmaps" },
-	{ "snapshot", cmd_img_snapshot, "list a qcow2 image's internal snapshots (-l)" },
+	{ "snapshot", cmd_img_snapshot, "list, create, apply or delete internal qcow2 snapshots" },
 	{ "bench", cmd_bench, "run a block-layer benchmark (same as `ioplane bench`)" },
 	{ NULL, NULL, NULL },
 };

@@ -17,6 +17,7 @@
 #include "block/block.h"
 #include "control/qmp-bitmap.h"
 #include "control/qmp-block.h"
+#include "control/qmp-snapshot.h"
 #include "control/qmp.h"
 #include "util/trace.h"
 
@@ -82,6 +83,13 @@ static void image_qcow2(json_t *img, struct blk_node *bs)
 		json_object_set_new(img, "backing-filename", json_string(q.backing_file));
 	if (q.backing_format)
 		json_object_set_new(img, "backing-filename-format", json_string(q.backing_format));
+	if (q.nb_snapshots) {
+		json_t *l = json_array();
+
+		for (unsigned i = 0; l && i < q.nb_snapshots; i++)
+			json_array_append_new(l, qmp_snapshot_info_json(&q.snapshots[i]));
+		json_object_set_new(img, "snapshots", l);
+	}
 	qcow2_info_free(&q);
 }
 

@@ -84,9 +84,9 @@ static int snap_drain(struct blk_node *bs, bool *flag, struct qmp_txn_err *e)
 }
 
 /* The old top is flushed (to stable storage) before an overlay names it,
- * as QEMU does; a drained node takes no flush (it would be held), so this
- * comes first. Writes acknowledged meanwhile are in its file already, as
- * every acknowledged write is. */
+ * as QEMU does, past any drain an earlier action of the transaction holds
+ * (blk_flush_tree_sync). Writes acknowledged meanwhile are in its file
+ * already, as every acknowledged write is. */
 static int snap_flush(struct snap *s, struct qmp_txn_err *e)
 {
 	if (!s->from->read_only && blk_flush_tree_sync(s->from))
@@ -416,5 +416,5 @@ int qmp_snapshot_register(void)
 		ret = qmp_txn_register(&plain_ops);
 	for (size_t i = 0; i < sizeof(snap_cmds) / sizeof(snap_cmds[0]) && !ret; i++)
 		ret = qmp_register(&snap_cmds[i]);
-	return ret;
+	return ret ? ret : qmp_snapshot_internal_register();
 }

@@ -119,6 +119,22 @@ class Client:
         self.s.close()
 
 
+def same_transcripts(mine, theirs):
+    """Fail unless two transcripts (lists of replies and states) are equal, printing
+    each difference; $V prints ioplane's."""
+    bad = 0
+    if os.environ.get('V'):
+        for a in mine:
+            print(a)
+    for a, b in zip(mine, theirs):
+        if a != b:
+            print('differs: ioplane %r\n         qsd     %r' % (a, b))
+            bad += 1
+    if bad or len(mine) != len(theirs):
+        fail('%d replies differ from qemu-storage-daemon' % bad)
+    print('PASS: %d replies and states as qemu-storage-daemon' % len(mine))
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nobody listens on (for the moment)."""
     s = socket.socket()

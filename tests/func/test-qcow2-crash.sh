@@ -45,8 +45,11 @@ for ((run = 0; run < RUNS; run++)); do
 	timeout 120 python3 "$WORK" crash "$sock" d "$SIZE" "$seed" "$NBD_PID" "$kill_after" \
 		state.json $([ -f crash.raw ] && echo crash.raw) ||
 		fail "run $run: the NBD client failed"
-	wait "$NBD_PID" 2>/dev/null || true
+	rc=0
+	wait "$NBD_PID" 2>/dev/null || rc=$?
 	nbd_forget "$NBD_PID"
+	# 137: the kill; anything else is a crash of its own (a sanitizer's report).
+	[ "$rc" -eq 137 ] || fail "run $run: the server ended with status $rc before the kill"
 	wait_unlocked crash.qcow2
 	flushes=$(python3 -c 'import json; print(json.load(open("state.json"))["flushes"])')
 	total_flushes=$((total_flushes + flushes))

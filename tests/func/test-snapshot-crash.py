@@ -73,8 +73,10 @@ def one_run(tmp, run):
     writer.join(timeout=150)
     if writer.is_alive():
         fail('run %d: the NBD client is still running' % run)
-    dm.proc.wait(timeout=30)
-    dm.cleanup(True)
+    rc = dm.proc.wait(timeout=30)
+    dm.cleanup(rc == -9)
+    if rc != -9:  # the kill, not a crash of its own (a sanitizer's report)
+        fail('run %d: the daemon ended with %s before it was killed' % (run, rc))
     print('run %d: kill after %.3fs, snapshot at %.3fs: %s, overlay %s' % (
         run, kill_after, snap_at, 'acknowledged' if acked else 'not acknowledged',
         'made' if os.path.exists(top) else 'absent'))

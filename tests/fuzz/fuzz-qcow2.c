@@ -266,11 +266,41 @@ static void fz_grow(struct blk_node *bs, struct fz_geo *g, uint8_t b)
 		g->size = blk_size(bs);
 }
 
+/* An internal snapshot operation (no request in flight): b bits 0-1 create,
+ * apply the first, delete the first, delete the last. Failing is fine (a
+ * malformed table, refcounts at their maximum); what the image then holds
+ * is checked as after any other operation. */
+static void fz_snap(struct blk_node *bs, uint8_t b, unsigned i)
+{
+	struct qcow2_snapshot_params p = { .name = "fz", .icount = UINT64_MAX };
+	struct qcow2_snapshot_info sn = { 0 };
+	struct qcow2_info q;
+	char err[256], id[32] = "";
+
+	fz_drain(0);
+	p.date_sec = i;
+	if (!qcow2_get_info(bs, &q)) {
+		if (q.nb_snapshots)
+			snprintf(id, sizeof(id), "%s",
+				 q.snapshots[(b & 3) == 3 ? q.nb_snapshots - 1 : 0].id);
+		qcow2_info_free(&q);
+	}
+	if ((b & 3) == 0)
+		qcow2_snapshot_create(bs, &p, err, sizeof(err));
+	else if ((b & 3) == 1 && id[0])
+		qcow2_snapshot_goto(bs, id, err, sizeof(err));
+	else if (id[0] && !qcow2_snapshot_delete(bs, id, NULL, &sn, err, sizeof(err))) {
+		free(sn.id);
+		free(sn.name);
+	}
+}
+
 /* One operation from two script bytes:
  *   a: bits 0-2 op (read, write, write+FUA, write-zeroes, discard, flush,
  *      block-status, compressed write), bit 3 keep going without waiting,
- *      bits 4-6 length class, bit 7 MAY_UNMAP (write-zeroes) or grow the
- *      disk instead of flushing;
+ *      bits 4-6 length class, bit 7 MAY_UNMAP (write-zeroes), grow the
+ *      disk instead of flushing, or an internal snapshot operation
+ *      (fz_snap) instead of block-status;
  *   b: offset (fz_off). */
 static void fz_op(struct blk_node *bs, struct fz_geo *g, struct fz_req *q, uint8_t a,
 		  uint8_t b, bool rw, unsigned i)
@@ -296,6 +326,10 @@ static void fz_op(struct blk_node *bs, struct fz_geo *g, struct fz_req *q, uint8
 	}
 	if (op == BLK_OP_FLUSH && (a & 0x80) && rw) {
 		fz_grow(bs, g, b);
+		return;
+	}
+	if ((a & 7) == 6 && (a & 0x80) && rw) {
+		fz_snap(bs, b, i);
 		return;
 	}
 	fz_submit(bs, q, op, off, len, flags, (uint8_t)(0x80 + i));

@@ -3,8 +3,9 @@
 # images made by qemu-img/qemu-io covering versions 2 and 3, cluster sizes 512 B to
 # 64 KiB, every refcount width (one image with a full refcount table), extended L2
 # entries, lazy refcounts (a dirty image),
-# zlib and zstd compressed clusters, zero clusters, discards, an internal snapshot, a
-# backing file name, bitmaps (several granularities, disabled, in use, an all-ones
+# zlib and zstd compressed clusters, zero clusters, discards, internal snapshots (with a
+# script that creates, applies and deletes snapshots between writes, on good and on
+# malformed snapshot tables), a backing file name, bitmaps (several granularities, disabled, in use, an all-ones
 # table entry), an external data file and metadata preallocation.
 # Trailing zero bytes of the last cluster are cut (readers pad a short file with zeroes;
 # checked with qemu-img compare), so each file stays below 300 KiB.
@@ -133,6 +134,54 @@ io v2-c512-snap 'write -P 0x54 0 1k'
 qemu-img snapshot -c first "$tmp/v2-c512-snap.qcow2"
 io v2-c512-snap 'write -P 0x55 512 512'
 finish v2-c512-snap
+
+# Snapshot operations: a script tail (see fuzz-qcow2.c: XORed with fz_default) that
+# creates, applies and deletes snapshots between writes, zeroes, discards and a
+# compressed write, with the reopen oracle on.
+with_script() { # SOURCE NAME [table patch: l1-unaligned|l1-past-eof|count|extra|idlen|l1-meta|l2-past-eof]
+	python3 - "$1" "$out/$2.qcow2" "${3:-}" <<-'EOF'
+	import struct, sys
+	src, dst, patch = sys.argv[1:4]
+	d = bytearray(open(src, 'rb').read())
+	cs = 1 << struct.unpack_from('>I', d, 20)[0]
+	nsn, snoff = struct.unpack_from('>IQ', d, 60)
+	if patch and nsn:
+	    l1off = struct.unpack_from('>Q', d, snoff)[0]
+	    if patch == 'l1-unaligned':
+	        struct.pack_into('>Q', d, snoff, l1off + 8)
+	    elif patch == 'l1-past-eof':
+	        struct.pack_into('>Q', d, snoff, (len(d) + 16 * cs) // cs * cs)
+	    elif patch == 'count':
+	        struct.pack_into('>I', d, 60, 4000)
+	    elif patch == 'extra':
+	        struct.pack_into('>I', d, snoff + 36, 2000)
+	    elif patch == 'idlen':
+	        struct.pack_into('>H', d, snoff + 12, 0xffff)
+	    elif patch == 'l1-meta':  # the snapshot's L2 table is the refcount table
+	        rct = struct.unpack_from('>Q', d, 48)[0]
+	        struct.pack_into('>Q', d, struct.unpack_from('>Q', d, snoff)[0], rct)
+	    elif patch == 'l2-past-eof':  # a data entry far past the end of the file
+	        l2 = struct.unpack_from('>Q', d, l1off)[0] & 0x00fffffffffffe00
+	        struct.pack_into('>Q', d, l2, (len(d) // cs + 1000) * cs)
+	default = bytes([0x11, 0x01, 0x10, 0x01, 0x29, 0x43, 0x21, 0x85, 0x33, 0x02, 0x04, 0x03,
+	                 0xb3, 0x44, 0x05, 0x00, 0x16, 0x00, 0x1f, 0x07, 0x47, 0x08, 0x09, 0xc4,
+	                 0x30, 0x05, 0x52, 0x46, 0x85, 0x01, 0x20, 0x81, 0x00])
+	ops = [0x86, 0x00, 0x11, 0x01, 0x23, 0x02, 0x14, 0x03, 0x86, 0x00, 0x11, 0x05,
+	       0x86, 0x02, 0x86, 0x01, 0x11, 0x07, 0x86, 0x03, 0x86, 0x00, 0x17, 0x00,
+	       0x86, 0x01, 0x05, 0x00, 0x86, 0x02, 0x10, 0x01, 0x00]
+	d += bytes(a ^ b for a, b in zip(ops, default))
+	open(dst, 'wb').write(d)
+	EOF
+}
+with_script "$out/v3-c4k-snap.qcow2" v3-c4k-snap-ops
+with_script "$out/v2-c512-snap.qcow2" v2-c512-snap-ops
+img v3-c16k-el2 256K cluster_size=16k,extended_l2=on
+io v3-c16k-el2 'write -P 0x56 0 6k' 'write -P 0x57 64k 16k'
+finish v3-c16k-el2
+with_script "$out/v3-c16k-el2.qcow2" v3-c16k-el2-snap-ops
+for p in l1-unaligned l1-past-eof count extra idlen l1-meta l2-past-eof; do
+	with_script "$out/v3-c4k-snap.qcow2" "v3-c4k-snap-bad-$p" "$p"
+done
 
 # A backing file name and format in the header (never opened by the fuzz target).
 qemu-img create -q -f raw "$tmp/base.raw" 64K

@@ -588,6 +588,17 @@ static char *hdr_dup(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
+void qc_snap_info(const struct qc_snapshot *sn, struct qcow2_snapshot_info *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->vm_state_size = sn->vm_state_size;
+	d->disk_size = sn->disk_size;
+	d->date_sec = sn->date_sec;
+	d->date_nsec = sn->date_nsec;
+	d->vm_clock_nsec = sn->vm_clock_nsec;
+	d->icount = sn->icount;
+}
+
 static int hdr_info_snaps(const struct qc_state *s, struct qcow2_info *info)
 {
 	uint32_t i;
@@ -602,14 +613,9 @@ static int hdr_info_snaps(const struct qc_state *s, struct qcow2_info *info)
 		struct qcow2_snapshot_info *d = &info->snapshots[i];
 		const struct qc_snapshot *sn = &s->snaps[i];
 
+		qc_snap_info(sn, d);
 		d->id = hdr_dup(sn->id);
 		d->name = hdr_dup(sn->name);
-		d->vm_state_size = sn->vm_state_size;
-		d->disk_size = sn->disk_size;
-		d->date_sec = sn->date_sec;
-		d->date_nsec = sn->date_nsec;
-		d->vm_clock_nsec = sn->vm_clock_nsec;
-		d->icount = sn->icount;
 		if (!d->id || !d->name)
 			return -ENOMEM;
 	}

@@ -192,6 +192,14 @@ static int qc_snap_ranges(struct qc_state *s)
 	return 0;
 }
 
+int qc_snap_ranges_reset(struct qc_state *s)
+{
+	free(s->snap_l1r);
+	s->snap_l1r = NULL;
+	s->nsnap_l1r = 0;
+	return qc_snap_ranges(s);
+}
+
 /* Two refcount table entries naming one block: every refcount update there
  * would change the refcount of clusters of both ranges. Only a rebuild of
  * the refcount structures repairs that; such an image opens read-only (or

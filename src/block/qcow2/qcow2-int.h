@@ -104,6 +104,10 @@ struct qc_snapshot {
 	char *id, *name;
 	uint32_t date_sec, date_nsec;
 	uint64_t vm_clock_nsec, vm_state_size, disk_size, icount;
+	/* Extra data past the fields known here (a newer writer's), kept as
+	 * found and written back with the entry (malloc'ed; NULL: none). */
+	uint8_t *extra_more;
+	uint32_t extra_more_len;
 };
 
 /* ---- metadata overlap (overlap.c) ---- */
@@ -433,6 +437,8 @@ int qc_header_write_features(struct qc_state *s, uint64_t incompat, uint64_t aut
 int qc_header_write_field(struct qc_state *s, unsigned off, const void *val, unsigned len);
 int qc_header_mark_dirty(struct qc_state *s);
 int qc_header_mark_clean(struct qc_state *s);
+/* The fields of sn but id and name (left NULL) into d. */
+void qc_snap_info(const struct qc_snapshot *sn, struct qcow2_snapshot_info *d);
 int qc_header_set_bitmaps(struct qc_state *s, unsigned count, uint64_t len, uint64_t off);
 void qc_header_free(struct qc_state *s);
 
@@ -465,6 +471,8 @@ void qc_meta_free(struct qc_state *s);
  * more than it should, which is safe. */
 int qc_mset_add(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind);
 void qc_mset_del(struct qc_state *s, uint64_t off, uint64_t len, unsigned kind);
+/* Rebuild the snapshots' L1 ranges from s->snaps (lock held). */
+int qc_snap_ranges_reset(struct qc_state *s);
 bool qc_snap_l1_hit(const struct qc_state *s, uint64_t off, uint64_t len);
 /* The slot of cluster c, made (zeroed) if missing: valid until the next
  * call; NULL: out of memory. check.c uses such sets of its own too. */

@@ -146,6 +146,30 @@ void qcow2_bitmaps_free(struct qcow2_bitmap_info *b, unsigned n);
 int qcow2_bitmap_can_store(struct blk_node *bs, const char *name, uint32_t granularity, char *err,
 			   size_t errlen);
 
+/* Internal snapshots (synchronous, see the threading rule above: no
+ * request in flight). A new snapshot of the active state: */
+struct qcow2_snapshot_params {
+	const char *id;   /* NULL: the next free number, as QEMU picks it */
+	const char *name; /* may repeat another snapshot's (qemu-img allows it) */
+	uint32_t date_sec, date_nsec;
+	uint64_t vm_clock_nsec;
+	uint64_t icount; /* (uint64_t)-1: none */
+};
+/* 0, or -errno with a message (-EROFS, -ENOTSUP: not qcow2 or with an
+ * external data file, -EEXIST: the id exists). */
+int qcow2_snapshot_create(struct blk_node *bs, const struct qcow2_snapshot_params *p, char *err,
+			  size_t errlen);
+/* Index of the first snapshot with this id and this name (NULL: either
+ * matches; not both NULL), as QEMU's find_by_id_and_name; -ENOENT. */
+long qcow2_snapshot_find(struct blk_node *bs, const char *id, const char *name);
+/* Revert the active state to the snapshot with this id, else this name;
+ * the snapshot stays. */
+int qcow2_snapshot_goto(struct blk_node *bs, const char *id_or_name, char *err, size_t errlen);
+/* Delete the snapshot found as qcow2_snapshot_find(id, name) finds it; out
+ * (may be NULL) gets what it was (on success: free its strings). */
+int qcow2_snapshot_delete(struct blk_node *bs, const char *id, const char *name,
+			  struct qcow2_snapshot_info *out, char *err, size_t errlen);
+
 /* Fill info (free with qcow2_info_free). bs must be a qcow2 node. */
 int qcow2_get_info(struct blk_node *bs, struct qcow2_info *info);
 void qcow2_info_free(struct qcow2_info *info);

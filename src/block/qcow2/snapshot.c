@@ -1,7 +1,7 @@
 /* qcow2 internal snapshots: the snapshot table is parsed and validated so
  * that images with snapshots open, show up in `img info` and are checked.
- * Snapshots are kept intact, never created, applied or deleted here: their
- * clusters have refcounts above one, and the write path copies them first.
+ * Their clusters have refcounts above one, and the write path copies them
+ * first; snapshot-ops.c creates, applies and deletes them.
  *
  * Threading: open (main thread, in a coroutine); read-only afterwards. */
 #include <errno.h>
@@ -96,6 +96,13 @@ static int qc_snap_one(struct qc_state *s, struct qc_snap_rd *r, uint64_t *pos,
 	sn->name = qc_snap_str(b + 40 + extra + idl, nml);
 	if (!sn->id || !sn->name)
 		return -ENOMEM;
+	if (extra > 24) {
+		sn->extra_more_len = (uint32_t)(extra - 24);
+		sn->extra_more = malloc(sn->extra_more_len);
+		if (!sn->extra_more)
+			return -ENOMEM;
+		memcpy(sn->extra_more, b + 64, sn->extra_more_len);
+	}
 	*pos = end;
 	return 0;
 trunc:
@@ -193,6 +200,7 @@ void qc_snapshots_free(struct qc_state *s)
 	for (i = 0; i < s->nsnaps; i++) {
 		free(s->snaps[i].id);
 		free(s->snaps[i].name);
+		free(s->snaps[i].extra_more);
 	}
 	free(s->snaps);
 	s->snaps = NULL;
