@@ -24,12 +24,13 @@ static inline void store16(uint16_t *p, uint16_t v)
 	__atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
 
-/* Is a descriptor with these flags available to a device whose avail wrap
- * counter is wrap? (AVAIL matches the counter, USED does not.) */
-static inline bool desc_avail(uint16_t flags, bool wrap)
+#define AVAIL_USED (VRING_PACKED_DESC_F_AVAIL | VRING_PACKED_DESC_F_USED)
+
+/* The AVAIL/USED bits of a descriptor available to a device whose avail wrap
+ * counter is wrap: AVAIL matches the counter, USED does not. */
+static inline uint16_t avail_bits(bool wrap)
 {
-	return !!(flags & VRING_PACKED_DESC_F_AVAIL) == wrap &&
-	       !!(flags & VRING_PACKED_DESC_F_USED) != wrap;
+	return wrap ? VRING_PACKED_DESC_F_AVAIL : VRING_PACKED_DESC_F_USED;
 }
 
 int vring_packed_start(struct vring *vr)
@@ -49,30 +50,28 @@ int vring_packed_start(struct vring *vr)
 
 bool vring_packed_avail_pending(const struct vring *vr)
 {
-	return desc_avail(__atomic_load_n(&vr->pdesc[vr->last_avail].flags, __ATOMIC_ACQUIRE),
-			  vr->avail_wrap);
+	return (__atomic_load_n(&vr->pdesc[vr->last_avail].flags, __ATOMIC_ACQUIRE) & AVAIL_USED) ==
+	       avail_bits(vr->avail_wrap);
 }
 
-/* One descriptor into the chain: a buffer, or (alone) an indirect table of
- * packed descriptors, which are all buffers of the chain. */
-static int walk_one(const struct vring *vr, const struct vring_packed_desc *p, unsigned n,
-		    bool last, struct vring_chain *c)
+/* An indirect table of packed descriptors, which are all buffers of the
+ * chain; it must be the chain's only descriptor (first and last). */
+static int walk_indirect(const struct vring *vr, uint64_t addr, uint32_t len, bool alone,
+			 struct vring_chain *c)
 {
-	struct vring_desc d = {p->addr, p->len, p->flags & VRING_DESC_F_WRITE, 0};
 	const struct vring_packed_desc *t;
 	struct vring_packed_desc e;
+	struct vring_desc d;
 	unsigned i, tnum;
 	int ret;
 
-	if (!(p->flags & VRING_DESC_F_INDIRECT))
-		return vring_walk_buffer(vr, &d, c);
-	if (!vr->indirect || n || !last || !p->len || p->len % sizeof(*t) ||
-	    p->len / sizeof(*t) > VRING_MAX_SIZE)
+	if (!vr->indirect || !alone || !len || len % sizeof(*t) ||
+	    len / sizeof(*t) > VRING_MAX_SIZE)
 		return -EINVAL;
-	t = vring_mem_gpa(vr->mem, p->addr, p->len);
+	t = vring_mem_gpa(vr->mem, addr, len);
 	if (!t)
 		return -EFAULT;
-	tnum = p->len / sizeof(*t);
+	tnum = len / sizeof(*t);
 	for (i = 0; i < tnum; i++) {
 		memcpy(&e, &t[i], sizeof(e));
 		barrier();
@@ -86,42 +85,62 @@ static int walk_one(const struct vring *vr, const struct vring_packed_desc *p, u
 	return 0;
 }
 
+/* A descriptor is copied once and only the copy is used: the driver may
+ * change the ring under us. The ring's fields are locals, so the calls below
+ * do not make the compiler reload them for every descriptor; availability is
+ * one comparison of the AVAIL/USED bits against what the wrap counter wants. */
 enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c)
 {
-	unsigned slot = vr->last_avail, n = 0;
-	bool wrap = vr->avail_wrap, more;
+	const struct vring_packed_desc *ring = vr->pdesc;
+	unsigned num = vr->num, slot = vr->last_avail, n = 0;
+	bool wrap = vr->avail_wrap;
+	uint16_t want = avail_bits(wrap), flags, id;
 	struct vring_packed_desc d;
+	struct vring_desc b;
+	int ret;
 
-	if (!vring_packed_avail_pending(vr))
+	if ((__atomic_load_n(&ring[slot].flags, __ATOMIC_ACQUIRE) & AVAIL_USED) != want)
 		return VRING_POP_EMPTY;
 	c->nout = c->nin = 0;
 	c->out_len = c->in_len = 0;
-	do {
-		memcpy(&d, &vr->pdesc[slot], sizeof(d));
+	for (;;) {
+		memcpy(&d, &ring[slot], sizeof(d));
 		barrier(); /* from here on only the copy is used */
+		flags = d.flags;
 		/* The head's flags made the chain available; the rest must be too.
 		 * More descriptors than the ring holds: the driver lies. */
-		if ((n && !desc_avail(d.flags, wrap)) || ++n > vr->num) {
-			c->err = n > vr->num ? -ELOOP : -EINVAL;
+		if ((flags & AVAIL_USED) != want || ++n > num) {
+			c->err = n > num ? -ELOOP : -EINVAL;
 			return VRING_POP_BROKEN;
 		}
-		more = d.flags & VRING_DESC_F_NEXT;
-		c->err = walk_one(vr, &d, n - 1, !more, c);
-		if (c->err < 0)
-			return VRING_POP_BROKEN;
-		if (++slot == vr->num) {
+		if (++slot == num) {
 			slot = 0;
 			wrap = !wrap;
+			want ^= AVAIL_USED;
 		}
-	} while (more);
+		if (flags & VRING_DESC_F_INDIRECT) {
+			ret = walk_indirect(vr, d.addr, d.len,
+					    n == 1 && !(flags & VRING_DESC_F_NEXT), c);
+		} else {
+			b = (struct vring_desc){d.addr, d.len, flags & VRING_DESC_F_WRITE, 0};
+			ret = vring_walk_buffer(vr, &b, c);
+		}
+		if (ret < 0) {
+			c->err = ret;
+			return VRING_POP_BROKEN;
+		}
+		if (!(flags & VRING_DESC_F_NEXT))
+			break;
+	}
 	/* The id is the last descriptor's; the driver cannot have more buffers
 	 * out than the ring has slots. */
-	if (d.id >= vr->num || vr->inuse >= vr->num) {
+	id = d.id;
+	if (id >= num || vr->inuse >= num) {
 		c->err = -EINVAL;
 		return VRING_POP_BROKEN;
 	}
-	c->head = d.id;
-	vr->pk_ndesc[d.id] = (uint16_t)n;
+	c->head = id;
+	vr->pk_ndesc[id] = (uint16_t)n;
 	vr->last_avail = (uint16_t)slot;
 	vr->avail_wrap = wrap;
 	vr->inuse++;
