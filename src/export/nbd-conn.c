@@ -49,6 +49,7 @@ static void conn_free(struct nbd_conn *c)
 	nbd_tls_end(c);
 	free(c->rbuf);
 	free(c->hbuf);
+	free(c->tx_iov);
 	nbd_export_put(c->exp);
 	nbd_export_put(c->meta_exp);
 	nbd_server_conn_gone(c->srv, c->slot);
@@ -345,6 +346,25 @@ void nbd_conn_consume(struct nbd_conn *c, size_t n)
 	}
 }
 
+bool nbd_conn_sent(struct nbd_conn *c, ssize_t res, size_t total)
+{
+	if (res == -EINTR)
+		return true;
+	if (res < 0 && res != -EAGAIN) {
+		nbd_conn_close(c, res == -EPIPE || res == -ECONNRESET ? "client went away"
+								      : "send failed");
+		return false;
+	}
+	if (res > 0)
+		nbd_conn_consume(c, (size_t)res);
+	/* A short send means the socket is full: wait for room. */
+	if (res < 0 || (size_t)res < total) {
+		c->out_blocked = true;
+		return false;
+	}
+	return true;
+}
+
 static void conn_send(struct nbd_conn *c)
 {
 	static __thread struct iovec iov[NBD_SEND_IOV];
@@ -356,6 +376,10 @@ static void conn_send(struct nbd_conn *c)
 		nbd_tls_send(c);
 		return;
 	}
+	if (c->ring && nbd_ring_send(c)) {
+		nbd_conn_set_events(c);
+		return;
+	}
 	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
 		memset(&mh, 0, sizeof(mh));
 		mh.msg_iov = iov;
@@ -363,18 +387,8 @@ static void conn_send(struct nbd_conn *c)
 		if (!mh.msg_iovlen)
 			break;
 		sent = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (sent < 0 && errno == EINTR)
-			continue;
-		if (sent < 0 && errno != EAGAIN) {
-			nbd_conn_close(c, errno == EPIPE || errno == ECONNRESET ? "client went away"
-										: "send failed");
-			return;
-		}
-		if (sent > 0)
-			nbd_conn_consume(c, (size_t)sent);
-		/* A short send means the socket is full: wait for room. */
-		if (sent < 0 || (size_t)sent < total)
-			c->out_blocked = true;
+		if (!nbd_conn_sent(c, sent < 0 ? -errno : sent, total))
+			break;
 	}
 	nbd_conn_set_events(c);
 }

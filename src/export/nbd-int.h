@@ -311,6 +311,15 @@ struct nbd_conn {
 	struct loop_uring_op recv_op;
 	struct msghdr rx_msg;
 	struct iovec rx_iov[2];
+	/* Replies go out as one SENDMSG with MSG_DONTWAIT in the io_uring_enter
+	 * that waits (loop_uring_inline_sqe); at most one at a time (send_armed,
+	 * holding a reference), over tx_iov (NBD_SEND_IOV entries, NULL: sendmsg
+	 * calls instead). The queue it covers is consumed when it completes. */
+	bool send_armed;
+	struct loop_uring_op send_op;
+	struct msghdr tx_msg;
+	struct iovec *tx_iov;
+	size_t tx_total;
 
 	/* TLS (nbd-tls.c). tls: the session from STARTTLS on; tls_on once its
 	 * handshake succeeded: every byte then goes through it (never the
@@ -383,6 +392,9 @@ void nbd_conn_set_events(struct nbd_conn *c);
  * entries, and taking n bytes of it as sent. */
 int nbd_conn_gather(struct nbd_conn *c, struct iovec *iov, size_t *total);
 void nbd_conn_consume(struct nbd_conn *c, size_t n);
+/* A send of total bytes of it ended with res (bytes, or -errno): consume
+ * them. False when the connection closed or must wait for room. */
+bool nbd_conn_sent(struct nbd_conn *c, ssize_t res, size_t total);
 /* Nothing is left to send. */
 bool nbd_conn_out_empty(const struct nbd_conn *c);
 
@@ -408,6 +420,9 @@ void nbd_ring_start(struct nbd_conn *c);
 /* conn_set_events' part for the ring: receive while input is wanted, cancel
  * the receive when draining. */
 void nbd_ring_update(struct nbd_conn *c);
+/* Queue the output for the loop's next io_uring_enter, unless one send is
+ * queued already. False when it cannot (no SQE): send it yourself. */
+bool nbd_ring_send(struct nbd_conn *c);
 /* Before the socket is closed: a queued receive goes to the kernel, and one
  * in flight ends (shutdown), completing with its reference. */
 void nbd_ring_close(struct nbd_conn *c);

@@ -1,17 +1,28 @@
-/* An NBD connection's socket input in transmission through its loop's
+/* An NBD connection's socket I/O in transmission through its loop's
  * io_uring, on loops that wait in it (loop_uring_waits(): the io_uring
  * backend with DEFER_TASKRUN, Linux 6.1 or later). Elsewhere, and in the
- * handshake, the socket is a loop fd handler with recv calls (nbd-conn.c).
+ * handshake, the socket is a loop fd handler with recv and sendmsg calls
+ * (nbd-conn.c).
  *
- * The receive is one RECVMSG into the pending write's buffer and the input
- * buffer, with POLL_FIRST (the next request is as a rule not there yet),
- * armed again after each completion: a request arrives in the loop's wait as
- * a completion that already holds its bytes, where the fd handler took a
- * readiness event there and then a recv call. Replies still go out with
- * sendmsg from the flush hook: sent through the ring, their completion
- * would end the next wait at once (a second io_uring_enter per request),
- * and bounding a wait that holds out for it takes a timeout on every wait,
- * which costs more than the call it saves.
+ * The receive is one RECV into the input buffer (RECVMSG when a write's
+ * payload is pending: into its buffer, then the input buffer), with
+ * POLL_FIRST (the next request is as a rule not there yet), armed again
+ * after each completion: a request arrives in the loop's wait as a
+ * completion that already holds its bytes, where the fd handler took a
+ * readiness event there and then a recv call.
+ *
+ * The round's replies go out as one SENDMSG with MSG_DONTWAIT, queued by
+ * the flush hook for the loop's next io_uring_enter, which waits too. With
+ * MSG_DONTWAIT a full socket ends it at once (EAGAIN or a short send)
+ * instead of leaving it to wait for room, so it always completes within
+ * that call, and the wait asks for one completion more
+ * (loop_uring_inline_sqe): the send costs no call of its own. With
+ * MSG_WAITALL a short send counts as failed, so the NOP linked behind it
+ * completes too and ends the wait: the fd handler then waits for EPOLLOUT,
+ * as with sendmsg. Where the connection needs the send's completion to go
+ * on (input blocked, draining, more output than one send), it is a plain
+ * peer SQE, whose completion ends the wait. The queue stays put until the
+ * send completes; replies finished meanwhile are appended and go next.
  *
  * rbuf and cur's buffer stay put while the receive runs: input is parsed
  * (and rbuf compacted) only from its completion, or after in_blocked, under
@@ -23,6 +34,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -30,11 +42,84 @@
 #include "util/compiler.h"
 
 static void ring_recv_done(struct loop_uring_op *op, int res, uint32_t cqe_flags);
+static void ring_send_done(struct loop_uring_op *op, int res, uint32_t cqe_flags);
 
 void nbd_ring_start(struct nbd_conn *c)
 {
 	c->recv_op.cb = ring_recv_done;
+	c->send_op.cb = ring_send_done;
+	if (!c->tx_iov)
+		c->tx_iov = malloc(NBD_SEND_IOV * sizeof(*c->tx_iov));
 	c->ring = true;
+}
+
+/* The n iovecs gathered hold all of the output. */
+static bool ring_gathered_all(const struct nbd_conn *c, int n)
+{
+	const struct nbd_req *r;
+	int k = c->hoff < c->hlen;
+
+	for (r = c->outq; r && k <= n; r = r->next)
+		k += r->riovcnt;
+	return k == n;
+}
+
+/* The loop's wait may go on past the send's completion only while what the
+ * connection needs next is a request: it receives, and this send holds all
+ * there is to send. Otherwise (input blocked until replies are released,
+ * draining, more output queued) the completion itself must end the wait. */
+static bool ring_send_may_wait(const struct nbd_conn *c, int n)
+{
+	return c->state == NBD_CONN_OPEN && c->recv_armed && ring_gathered_all(c, n);
+}
+
+bool nbd_ring_send(struct nbd_conn *c)
+{
+	struct io_uring_sqe *sqe;
+	size_t total;
+	bool wait_on;
+	int n;
+
+	if (c->send_armed || c->state == NBD_CONN_CLOSED || c->out_blocked)
+		return true; /* sent when that send completes, or on EPOLLOUT */
+	if (!c->tx_iov)
+		return false;
+	n = nbd_conn_gather(c, c->tx_iov, &total);
+	if (!n)
+		return true;
+	/* MSG_DONTWAIT: a full socket fails the send with EAGAIN instead of
+	 * leaving it to wait, so it completes within the submission. */
+	wait_on = ring_send_may_wait(c, n);
+	sqe = wait_on ? loop_uring_inline_sqe(c->loop, &c->send_op)
+		      : loop_uring_peer_sqe(c->loop, &c->send_op);
+	if (!sqe)
+		return false;
+	memset(&c->tx_msg, 0, sizeof(c->tx_msg));
+	c->tx_msg.msg_iov = c->tx_iov;
+	c->tx_msg.msg_iovlen = (size_t)n;
+	/* MSG_WAITALL: a short send counts as failed, so the linked NOP tells
+	 * the wait; the CQE still says how much went out. */
+	io_uring_prep_sendmsg(sqe, c->fd, &c->tx_msg, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_WAITALL);
+	if (wait_on)
+		loop_uring_inline_link(c->loop, sqe);
+	c->tx_total = total;
+	c->send_armed = true;
+	nbd_conn_get(c);
+	return true;
+}
+
+static void ring_send_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
+{
+	struct nbd_conn *c = container_of(op, struct nbd_conn, send_op);
+
+	(void)cqe_flags;
+	c->send_armed = false;
+	/* Replies queued meanwhile, or beyond NBD_SEND_IOV: the flush sends them. */
+	if (c->state != NBD_CONN_CLOSED && nbd_conn_sent(c, res, c->tx_total) &&
+	    !nbd_conn_out_empty(c))
+		nbd_conn_kick(c);
+	nbd_conn_set_events(c);
+	nbd_conn_put(c);
 }
 
 static void ring_arm_recv(struct nbd_conn *c)
@@ -54,7 +139,12 @@ static void ring_arm_recv(struct nbd_conn *c)
 	memset(&c->rx_msg, 0, sizeof(c->rx_msg));
 	c->rx_msg.msg_iov = c->rx_iov;
 	c->rx_msg.msg_iovlen = (size_t)cnt;
-	io_uring_prep_recvmsg(sqe, c->fd, &c->rx_msg, 0);
+	/* No write payload pending: one buffer, and RECV spares the kernel
+	 * copying in and checking a msghdr and its iovec on every arm. */
+	if (cnt == 1)
+		io_uring_prep_recv(sqe, c->fd, c->rx_iov[0].iov_base, c->rx_iov[0].iov_len, 0);
+	else
+		io_uring_prep_recvmsg(sqe, c->fd, &c->rx_msg, 0);
 	sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
 	c->recv_armed = true;
 	nbd_conn_get(c);
@@ -89,8 +179,9 @@ static void ring_recv_done(struct loop_uring_op *op, int res, uint32_t cqe_flags
 
 void nbd_ring_close(struct nbd_conn *c)
 {
-	/* A queued receive names the fd: it must reach the kernel while the
-	 * number is ours (a closed number may go to another client's socket). */
+	/* A queued receive or send names the fd: it must reach the kernel while
+	 * the number is ours (a closed number may go to another client's
+	 * socket), and the send reads the replies before they are dropped. */
 	loop_uring_submit(c->loop);
 	if (c->recv_armed)
 		shutdown(c->fd, SHUT_RDWR);

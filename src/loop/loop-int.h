@@ -75,6 +75,9 @@ struct loop {
 	 * there are some with IORING_SQ_TASKRUN. */
 	bool ring_defer;
 	unsigned ops_inflight; /* TAG_OP SQEs handed out and not yet completed */
+	/* SQEs queued with loop_uring_inline_sqe() and not yet submitted: each
+	 * posts its CQE within the submitting io_uring_enter. */
+	unsigned inline_sqes;
 	struct loop_fd ring_h; /* epoll backend: watches the ring fd */
 
 	/* epoll backend */
@@ -92,6 +95,7 @@ struct loop {
 static inline int loop_ring_submit(struct loop *loop)
 {
 	loop->stats.submits++;
+	loop->inline_sqes = 0;
 	return io_uring_submit(&loop->ring);
 }
 

@@ -99,6 +99,17 @@ void loop_uring_fd_disarm(struct loop *loop, struct loop_fd *h, uint64_t old_tag
 	io_uring_sqe_set_data64(sqe, TAG_IGNORE);
 }
 
+/* Completions a blocking wait asks for: one event, beyond those of the
+ * inline operations it submits (loop_uring_inline_sqe), which are posted
+ * before the kernel starts waiting. */
+static unsigned wait_nr(struct loop *loop)
+{
+	unsigned n = loop->inline_sqes + 1;
+
+	loop->inline_sqes = 0;
+	return n;
+}
+
 void loop_uring_wait(struct loop *loop, int64_t timeout_ns)
 {
 	struct io_uring_cqe *cqe;
@@ -111,14 +122,14 @@ void loop_uring_wait(struct loop *loop, int64_t timeout_ns)
 		loop_ring_get_events(loop);
 	} else if (timeout_ns < 0) {
 		loop->stats.submits++;
-		ret = io_uring_submit_and_wait(&loop->ring, 1);
+		ret = io_uring_submit_and_wait(&loop->ring, wait_nr(loop));
 		if (ret < 0 && ret != -EINTR && ret != -ETIME)
 			log_err("loop: io_uring_enter: %s", strerror(-ret));
 	} else {
 		ts.tv_sec = timeout_ns / 1000000000;
 		ts.tv_nsec = timeout_ns % 1000000000;
 		loop->stats.submits++;
-		ret = io_uring_submit_and_wait_timeout(&loop->ring, &cqe, 1, &ts, NULL);
+		ret = io_uring_submit_and_wait_timeout(&loop->ring, &cqe, wait_nr(loop), &ts, NULL);
 		if (ret < 0 && ret != -EINTR && ret != -ETIME)
 			log_err("loop: io_uring_enter: %s", strerror(-ret));
 	}

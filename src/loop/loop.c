@@ -667,6 +667,33 @@ struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op
 	return sqe;
 }
 
+struct io_uring_sqe *loop_uring_inline_sqe(struct loop *loop, struct loop_uring_op *op)
+{
+	struct io_uring_sqe *sqe;
+
+	/* The op and its linked NOP go in one submission. */
+	if (!loop->have_ring)
+		return NULL;
+	if (io_uring_sq_space_left(&loop->ring) < 2)
+		loop_ring_submit(loop);
+	if (io_uring_sq_space_left(&loop->ring) < 2)
+		return NULL;
+	sqe = loop_uring_peer_sqe(loop, op);
+	if (sqe)
+		loop->inline_sqes++;
+	return sqe;
+}
+
+void loop_uring_inline_link(struct loop *loop, struct io_uring_sqe *sqe)
+{
+	struct io_uring_sqe *nop = io_uring_get_sqe(&loop->ring); /* room checked */
+
+	sqe->flags |= IOSQE_IO_LINK;
+	io_uring_prep_nop(nop);
+	nop->flags |= IOSQE_CQE_SKIP_SUCCESS;
+	io_uring_sqe_set_data64(nop, TAG_IGNORE);
+}
+
 int loop_uring_cancel_peer(struct loop *loop, struct loop_uring_op *op, struct loop_uring_op *done)
 {
 	struct io_uring_sqe *sqe = done ? loop_uring_sqe(loop) : ring_get_sqe(loop);

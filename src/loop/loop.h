@@ -191,6 +191,17 @@ bool loop_uring_waits(const struct loop *loop);
  * for each of its CQEs. Its user_data is set; do not change it. NULL when
  * the submission queue cannot give one. */
 struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op *op);
+/* As loop_uring_peer_sqe(), for an operation that always completes while
+ * the kernel takes it in (a socket send with MSG_DONTWAIT, which fails with
+ * EAGAIN rather than wait for room): the io_uring_enter that submits it and
+ * waits then waits for one completion more than these, so that the op and
+ * the wait share one system call. Queue nothing here that may wait. After
+ * preparing the SQE, call loop_uring_inline_link() on it: a NOP linked
+ * behind it posts a second completion (-ECANCELED, not seen by op) when the
+ * op fails or does less than asked (with MSG_WAITALL, a short send), which
+ * ends that wait at once, so that the owner hears of it now. */
+struct io_uring_sqe *loop_uring_inline_sqe(struct loop *loop, struct loop_uring_op *op);
+void loop_uring_inline_link(struct loop *loop, struct io_uring_sqe *sqe);
 /* Cancel an operation queued with loop_uring_peer_sqe(): it completes
  * (with -ECANCELED unless it finished meanwhile) after the loop's next
  * submission; so does the cancel itself, to done (NULL: no callback). */
