@@ -147,27 +147,37 @@ enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c)
 	return VRING_POP_CHAIN;
 }
 
-/* The used entry goes where the next used slot is; its flags, stored last,
- * make it visible. It skips as many slots as the buffer took. */
-void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len)
+/* Marks a used slot in the dirty log (live migration only). */
+static void log_slot(struct vring *vr, struct vring_packed_desc *d)
 {
-	struct vring_packed_desc *d = &vr->pdesc[vr->used_idx];
-	uint16_t flags = vr->used_wrap ? VRING_PACKED_DESC_F_AVAIL | VRING_PACKED_DESC_F_USED : 0;
-	unsigned n = id < vr->num && vr->pk_ndesc[id] ? vr->pk_ndesc[id] : 1;
 	struct iovec slot = {d, sizeof(*d)};
 
+	vring_log_iov(vr, &slot, 1);
+}
+
+/* The used entry goes where the next used slot is; its flags, stored last,
+ * make it visible. It skips as many slots as the buffer took. The dirty log
+ * comes last, so that the common case makes no call. */
+void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len)
+{
+	unsigned used = vr->used_idx, n;
+	struct vring_packed_desc *d = &vr->pdesc[used];
+
+	/* Ids the ring never gave out have no count (0): they take one slot. */
+	n = id < VRING_MAX_SIZE && vr->pk_ndesc[id] ? vr->pk_ndesc[id] : 1;
 	__atomic_store_n(&d->id, id, __ATOMIC_RELAXED);
 	__atomic_store_n(&d->len, len, __ATOMIC_RELAXED);
-	__atomic_store_n(&d->flags, flags, __ATOMIC_RELEASE);
-	if (vr->log)
-		vring_log_iov(vr, &slot, 1);
-	vr->used_idx = (uint16_t)(vr->used_idx + n);
-	if (vr->used_idx >= vr->num) {
-		vr->used_idx = (uint16_t)(vr->used_idx - vr->num);
+	__atomic_store_n(&d->flags, vr->used_wrap ? AVAIL_USED : 0, __ATOMIC_RELEASE);
+	used += n;
+	if (used >= vr->num) {
+		used -= vr->num;
 		vr->used_wrap = !vr->used_wrap;
 	}
+	vr->used_idx = (uint16_t)used;
 	vr->batch++;
 	vr->inuse--;
+	if (vr->log)
+		log_slot(vr, d);
 }
 
 /* Does the driver want a notification for what was pushed since the last

@@ -250,35 +250,6 @@ static int walk_indirect(const struct vring *vr, const struct vring_desc *d, uns
 	return 0;
 }
 
-int vring_walk_buffer(const struct vring *vr, const struct vring_desc *d, struct vring_chain *c)
-{
-	unsigned used = c->nout + c->nin;
-	int n = 0;
-
-	if (d->flags & VRING_DESC_F_WRITE) {
-		c->in_len += d->len;
-	} else {
-		/* "The driver MUST place any device-writable descriptor elements
-		 * after any device-readable descriptor elements." */
-		if (c->nin || c->in_len)
-			return -EINVAL;
-		c->out_len += d->len;
-	}
-	/* The used length is 32 bits: so is any sane request. */
-	if (c->in_len > UINT32_MAX || c->out_len > UINT32_MAX)
-		return -EINVAL;
-	if (d->len) {
-		n = vring_mem_map(vr->mem, d->addr, d->len, c->iov + used, c->max_iov - used);
-		if (n < 0)
-			return n;
-	}
-	if (d->flags & VRING_DESC_F_WRITE)
-		c->nin += (unsigned)n;
-	else
-		c->nout += (unsigned)n;
-	return 0;
-}
-
 int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c)
 {
 	const struct vring_desc *table = vr->desc;

@@ -10,6 +10,7 @@
 #ifndef IOPLANE_VRING_H
 #define IOPLANE_VRING_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -233,7 +234,38 @@ uint32_t vring_get_base(const struct vring *vr);
 void vring_set_base(struct vring *vr, uint32_t base);
 
 /* ---- internal: vring.c for vring-packed.c ---- */
-int vring_walk_buffer(const struct vring *vr, const struct vring_desc *d, struct vring_chain *c);
+/* One buffer descriptor into the chain (inline: both ring layouts walk it per
+ * descriptor). */
+static inline int vring_walk_buffer(const struct vring *vr, const struct vring_desc *d,
+				    struct vring_chain *c)
+{
+	unsigned used = c->nout + c->nin;
+	int n = 0;
+
+	if (d->flags & VRING_DESC_F_WRITE) {
+		c->in_len += d->len;
+	} else {
+		/* "The driver MUST place any device-writable descriptor elements
+		 * after any device-readable descriptor elements." */
+		if (c->nin || c->in_len)
+			return -EINVAL;
+		c->out_len += d->len;
+	}
+	/* The used length is 32 bits: so is any sane request. */
+	if (c->in_len > UINT32_MAX || c->out_len > UINT32_MAX)
+		return -EINVAL;
+	if (d->len) {
+		n = vring_mem_map(vr->mem, d->addr, d->len, c->iov + used, c->max_iov - used);
+		if (n < 0)
+			return n;
+	}
+	if (d->flags & VRING_DESC_F_WRITE)
+		c->nin += (unsigned)n;
+	else
+		c->nout += (unsigned)n;
+	return 0;
+}
+
 int vring_packed_start(struct vring *vr);
 enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c);
 void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len);
