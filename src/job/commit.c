@@ -252,12 +252,15 @@ static int commit_setup(struct commit_job *s, json_t *a, char *err, size_t errle
 	s->on_error = (enum job_error_policy)qapi_get_enum(a, "on-error", &qmp_blockdev_on_error,
 							   JOB_ERR_REPORT);
 	s->backing_file = bf ? strdup(bf) : NULL;
+	/* QEMU's: nobody else reads the nodes that go or writes the base. */
 	ret = job_block_node(&s->job, s->overlay, err, errlen);
-	for (struct blk_node *b = s->top; b && !ret; b = chain_backing(b)) {
-		ret = job_block_node(&s->job, b, err, errlen);
-		if (b == s->base)
-			break;
-	}
+	for (struct blk_node *b = s->top; b && b != s->base && !ret; b = chain_backing(b))
+		ret = job_block_node_shared(&s->job, b, BLK_PERM_WRITE | BLK_PERM_WRITE_UNCHANGED,
+					    "intermediate node", err, errlen);
+	if (!ret)
+		ret = job_block_node_shared(&s->job, s->base,
+					    BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+					    NULL, err, errlen);
 	if (!ret && s->base->size < s->top->size) {
 		snprintf(err, errlen, "Top image %s is larger than base image %s",
 			 blk_node_name(s->top), blk_node_name(s->base));

@@ -211,8 +211,13 @@ static int stream_setup(struct stream_job *s, json_t *a, char *err, size_t errle
 	s->on_error = (enum job_error_policy)qapi_get_enum(a, "on-error", &qmp_blockdev_on_error,
 							   JOB_ERR_REPORT);
 	s->backing_file = bf ? strdup(bf) : NULL;
-	for (struct blk_node *b = s->top; b && b != s->base && !ret; b = chain_backing(b))
-		ret = job_block_node(&s->job, b, err, errlen);
+	/* QEMU's: the intermediates may be read, not written, by others. */
+	ret = job_block_node(&s->job, s->top, err, errlen);
+	for (struct blk_node *b = chain_backing(s->top); b && b != s->base && !ret;
+	     b = chain_backing(b))
+		ret = job_block_node_shared(&s->job, b,
+					    BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+					    "intermediate node", err, errlen);
 	if (!ret)
 		ret = job_guard_insert(s->top, qapi_get_str(a, "filter-node-name"), &s->guard, err,
 				       errlen);
