@@ -284,6 +284,10 @@ def data_job(kind, tmp, job):
         e = c.wait_event('BLOCK_JOB_COMPLETED', timeout=60)
         if not e or 'error' in e['data']:
             fail('%s %s: %r' % (kind, job, e))
+        # The export serves the top again (stream's guard gone), writes included.
+        off, ln, pat = WRITES[-1]
+        qemu_io(uri, ['read -P %d %d %d' % (pat, off, ln), 'write -P 0x7e %d 4096' % off],
+                fmt='raw')
         c.cmd('quit')
         d.wait()
         ok = True
@@ -294,6 +298,7 @@ def data_job(kind, tmp, job):
         fail('%s %s: top names %r, not the base' % (kind, job, info.get('backing-filename')))
     for n in ('top', 'base'):
         run(['qemu-img', 'check', '-q', p[n]])
+    qemu_io(expect, ['write -P 0x7e %d 4096' % WRITES[-1][0]], fmt='raw')
     run(['qemu-img', 'compare', '-q', '-f', 'qcow2', '-F', 'raw', p['top'], expect])
 
 
