@@ -305,7 +305,8 @@ void job_ratelimit(struct job *job, uint64_t n);
 void job_progress_add(struct job *job, uint64_t done);
 void job_progress_set_total(struct job *job, uint64_t total);
 void job_progress_add_total(struct job *job, uint64_t more);
-/* RUNNING -> READY (BLOCK_JOB_READY): mirror, active commit. */
+/* RUNNING -> READY (BLOCK_JOB_READY): mirror, active commit. At most once
+ * per job (QEMU 7.2 has no way back to RUNNING; msg_ready is not reused). */
 void job_ready(struct job *job);
 /* An I/O error of the job's own request: what policy says for err (-errno).
  * Sends BLOCK_JOB_ERROR (operation read/write, action); "stop" also parks
