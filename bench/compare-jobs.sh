@@ -101,7 +101,13 @@ try:
                                 '--size=%d' % (os.path.getsize(d + '/size')),
                                 '--output-format=json'], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
-        time.sleep(0.2)  # fio connected and writing before the job starts
+        # fio connected and writing before the job starts.
+        for _ in range(1000):
+            st = cmd('query-blockstats', {'query-nodes': True})['return']
+            if any(x['stats']['wr_operations'] for x in st) or fio.poll() is not None:
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)
     def cpu():  # the daemon's utime + stime, every thread, in seconds
         with open('/proc/%d/stat' % p.pid) as st:
             v = st.read().rsplit(')', 1)[1].split()
