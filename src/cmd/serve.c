@@ -23,6 +23,7 @@
 
 #include "block/block.h"
 #include "block/graph.h"
+#include "block/job.h"
 #include "block/throttle-group.h"
 #include "cmd/cmd.h"
 #include "cmd/pidfile.h"
@@ -754,6 +755,9 @@ static void serve_teardown(struct serve *sv, int *status)
 	sv->monitors = NULL;
 	serve_metrics_free(sv->metrics);
 	sv->metrics = NULL;
+	/* Jobs end (cancelled) while their iothreads still run. */
+	job_cancel_all_sync();
+	job_shutdown();
 	/* Iothreads first: every message they were sent has run once joined. */
 	stop_iothreads(sv);
 	qmp_exports_free(); /* before the --nbd servers: it refers to their exports */
@@ -797,6 +801,7 @@ static int setup_control(struct serve *sv)
 	if (nbd_budget_new(sv->request_memory, &sv->budget) < 0)
 		return 1;
 	env.budget = sv->budget;
+	job_set_loops(sv->main_loop, sv->loops, sv->nthreads);
 	ret = qmp_export_init(&env);
 	if (ret == 0)
 		ret = qmp_object_register();

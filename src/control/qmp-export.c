@@ -20,6 +20,7 @@
 #include "block/block.h"
 #include "block/dirty-bitmap.h"
 #include "block/graph.h"
+#include "block/job.h"
 #include "control/monitor-opts.h"
 #include "control/qmp-export-int.h"
 #include "control/qmp-object.h"
@@ -363,6 +364,11 @@ static int take_perm(const json_t *args, struct qexp *x, struct blk_node *bs, ch
 		snprintf(err, errlen, "Cannot export read-only node as writable");
 		return -EROFS;
 	}
+	/* A job's nodes: what the job does not share (a commit's base is
+	 * written by nobody else). */
+	if (job_node_perm_check(bs, BLK_PERM_CONSISTENT_READ | (w ? BLK_PERM_WRITE : 0), err,
+				errlen))
+		return -EPERM;
 	if (perm == bs->user_perm && shared == bs->user_shared)
 		return 0;
 	return blk_set_perm(bs, perm, shared, err, errlen);
