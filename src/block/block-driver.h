@@ -77,6 +77,8 @@ extern const struct blk_driver blk_drv_qcow2;    /* qcow2/ */
 extern const struct blk_driver blk_drv_throttle; /* throttle.c, on throttle-group.c */
 extern const struct blk_driver blk_drv_nbd;      /* nbd-client.c (libnbd) */
 extern const struct blk_driver blk_drv_rbd;      /* rbd.c (librbd) */
+extern const struct blk_driver blk_drv_cbw;        /* cbw.c: copy-before-write filter */
+extern const struct blk_driver blk_drv_mirror_top; /* mirror-top.c: a mirror's filter */
 
 /* Add a driver (tests, plug-ins; main thread, start-up): -EEXIST if the
  * name is taken, -ENOSPC. */
