@@ -157,8 +157,8 @@ static void add_waiter(struct bcopy *s, struct bcopy_waiter *w, uint64_t lo, uin
 	s->waiters = w;
 }
 
-int bcopy_claim_in(struct bcopy *s, uint64_t off, uint64_t len, uint64_t max,
-		   struct bcopy_range *r, struct bcopy_waiter *w)
+int bcopy_claim_in(struct bcopy *s, uint64_t off, uint64_t len, uint64_t max, struct bcopy_range *r,
+		   struct bcopy_waiter *w)
 {
 	uint64_t lo, hi;
 	int ret = 0;
@@ -189,7 +189,8 @@ int bcopy_write_begin(struct bcopy *s, uint64_t off, uint64_t len, struct bcopy_
 		add_waiter(s, w, lo, hi);
 		ret = -EAGAIN;
 	} else {
-		*r = (struct bcopy_range){.lo = lo, .hi = hi, .off = off, .len = len, .write = true};
+		*r = (struct bcopy_range){
+			.lo = lo, .hi = hi, .off = off, .len = len, .write = true};
 		r->next = s->inflight;
 		s->inflight = r;
 	}

@@ -23,7 +23,7 @@ struct blk_dirty_bitmap;
 /* A range in flight: lives in its user's operation. */
 struct bcopy_range {
 	struct bcopy_range *next;
-	uint64_t lo, hi; /* granule-aligned, hi clamped to the size */
+	uint64_t lo, hi;   /* granule-aligned, hi clamped to the size */
 	uint64_t off, len; /* a write's own range (write: true) */
 	bool write;        /* a guest write to source and target, not a copy */
 };
@@ -74,8 +74,8 @@ bool bcopy_claim_next(struct bcopy *s, uint64_t from, uint64_t max, struct bcopy
  * end it, ask again); 0 when nothing in the range is left to copy and
  * nothing is in flight over it (the write may go); -EAGAIN when a range in
  * flight overlaps: w is queued and woken once one ends (ask again). */
-int bcopy_claim_in(struct bcopy *s, uint64_t off, uint64_t len, uint64_t max,
-		   struct bcopy_range *r, struct bcopy_waiter *w);
+int bcopy_claim_in(struct bcopy *s, uint64_t off, uint64_t len, uint64_t max, struct bcopy_range *r,
+		   struct bcopy_waiter *w);
 /* A mirror's write-blocking guest write: 0 and r in flight over the
  * write's granules (background copies keep off them), or -EAGAIN and w
  * queued, as above. */
@@ -95,8 +95,8 @@ struct bcopy_op {
 	struct bcopy_range r; /* claimed by the owner before bcopy_op_start */
 	struct blk_request req;
 	struct iovec iov;
-	void *buf;   /* owner's, at least r.hi - r.lo bytes, aligned (blk_alloc_buf) */
-	bool zero;   /* set by the op: the data read were zeroes (written as such) */
+	void *buf; /* owner's, at least r.hi - r.lo bytes, aligned (blk_alloc_buf) */
+	bool zero; /* set by the op: the data read were zeroes (written as such) */
 	void (*cb)(struct bcopy_op *op, int ret); /* after bcopy_end */
 	void *opaque;
 };

@@ -70,13 +70,13 @@ struct blk_driver {
 
 /* Built-in drivers (one file or folder each), registered by
  * blk_register_builtin_drivers(). */
-extern const struct blk_driver blk_drv_null;     /* null.c */
-extern const struct blk_driver blk_drv_raw;      /* raw.c */
-extern const struct blk_driver blk_drv_file;     /* file.c and its engines */
-extern const struct blk_driver blk_drv_qcow2;    /* qcow2/ */
-extern const struct blk_driver blk_drv_throttle; /* throttle.c, on throttle-group.c */
-extern const struct blk_driver blk_drv_nbd;      /* nbd-client.c (libnbd) */
-extern const struct blk_driver blk_drv_rbd;      /* rbd.c (librbd) */
+extern const struct blk_driver blk_drv_null;       /* null.c */
+extern const struct blk_driver blk_drv_raw;        /* raw.c */
+extern const struct blk_driver blk_drv_file;       /* file.c and its engines */
+extern const struct blk_driver blk_drv_qcow2;      /* qcow2/ */
+extern const struct blk_driver blk_drv_throttle;   /* throttle.c, on throttle-group.c */
+extern const struct blk_driver blk_drv_nbd;        /* nbd-client.c (libnbd) */
+extern const struct blk_driver blk_drv_rbd;        /* rbd.c (librbd) */
 extern const struct blk_driver blk_drv_cbw;        /* cbw.c: copy-before-write filter */
 extern const struct blk_driver blk_drv_mirror_top; /* mirror-top.c: a mirror's filter */
 

@@ -46,8 +46,8 @@ int blk_register_driver(const struct blk_driver *drv)
 void blk_register_builtin_drivers(void)
 {
 	static const struct blk_driver *const builtin[] = {
-		&blk_drv_null,     &blk_drv_raw, &blk_drv_file, &blk_drv_qcow2,
-		&blk_drv_throttle, &blk_drv_nbd, &blk_drv_rbd, &blk_drv_cbw, &blk_drv_mirror_top,
+		&blk_drv_null, &blk_drv_raw, &blk_drv_file, &blk_drv_qcow2,      &blk_drv_throttle,
+		&blk_drv_nbd,  &blk_drv_rbd, &blk_drv_cbw,  &blk_drv_mirror_top,
 	};
 	static bool done;
 	size_t i;

@@ -289,9 +289,9 @@ static unsigned cbw_child_perms(struct blk_node *bs, uint32_t perm, uint32_t sha
 	if (bs->next)
 		out[n++] = (struct blk_perm_req){bs->next, perm, shared & ~BLK_PERM_RESIZE};
 	if (target)
-		out[n++] = (struct blk_perm_req){
-			target, BLK_PERM_WRITE | BLK_PERM_CONSISTENT_READ,
-			BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED};
+		out[n++] =
+			(struct blk_perm_req){target, BLK_PERM_WRITE | BLK_PERM_CONSISTENT_READ,
+					      BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED};
 	return n;
 }
 
