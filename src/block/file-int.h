@@ -134,6 +134,9 @@ int file_lock_probe(int fd);
  * while after the last request completed (a DEFER_TASKRUN ring frees a
  * request an io-wq worker finished only when it is next entered). */
 void file_unlock_all(struct file_state *s);
+/* Take on fd (another open file of the same image) the lock bytes s->fd
+ * holds, so that fd can replace it with no moment unlocked. 0 or -errno. */
+int file_lock_copy(struct file_state *s, int fd);
 /* The driver's set_perm. */
 int file_set_perm(struct blk_node *bs, enum blk_perm_step step, uint32_t perm, uint32_t shared,
 		  char *err, size_t errlen);

@@ -155,6 +155,21 @@ static int lock_prepare(struct file_state *s, uint32_t perm, uint32_t shared, ch
 	return ret;
 }
 
+int file_lock_copy(struct file_state *s, int fd)
+{
+	struct flock fl;
+
+	for (unsigned i = 0; s->use_lock && i < BLK_PERM_COUNT; i++) {
+		if ((s->lk_perm & (1u << i)) &&
+		    lock_byte(fd, F_OFD_SETLK, F_RDLCK, LOCK_PERM_BASE + i, &fl))
+			return -errno;
+		if ((s->lk_unshared & (1u << i)) &&
+		    lock_byte(fd, F_OFD_SETLK, F_RDLCK, LOCK_SHARED_BASE + i, &fl))
+			return -errno;
+	}
+	return 0;
+}
+
 void file_unlock_all(struct file_state *s)
 {
 	if (s->use_lock)

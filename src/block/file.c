@@ -731,7 +731,30 @@ static bool file_can_block_status(struct blk_node *bs)
 	return !file_state(bs)->is_blk;
 }
 
+/* Writable again (a commit's base, opened read-only as a backing file): the
+ * image is opened for writing and the new file takes the old one's place
+ * (same descriptor number, so the engines keep using it) holding the same
+ * locks first. Read-only: nothing (the node refuses writes itself). */
+static int file_set_read_only(struct blk_node *bs, bool ro)
+{
+	struct file_state *s = file_state(bs);
+	int flags = fcntl(s->fd, F_GETFL), fd, ret;
+	char err[256];
+
+	if (ro || flags < 0 || (flags & O_ACCMODE) == O_RDWR || s->is_blk)
+		return flags < 0 ? -errno : 0;
+	fd = blk_file_open(s->path, O_RDWR | (s->direct ? O_DIRECT : 0), 0, err, sizeof(err));
+	if (fd < 0)
+		return fd;
+	ret = file_lock_copy(s, fd);
+	if (!ret && dup3(fd, s->fd, O_CLOEXEC) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
 const struct blk_driver blk_drv_file = {
+	.set_read_only = file_set_read_only,
 	.name = "file",
 	.open = file_open,
 	.close = file_close,

@@ -524,6 +524,21 @@ static void node_set_ro(struct blk_node *bs, bool ro)
 	bs->write_slow = ro || bs->detect_zeroes;
 }
 
+/* Writable again: the file first (a backing file opened read-only opens
+ * its image again for writing), then the format. */
+static int set_writable(struct blk_node *bs, char *err, size_t errlen)
+{
+	struct blk_node *f = bs->next && bs->next->nparents == 1 ? bs->next : NULL;
+	int ret = f && f->drv->set_read_only ? f->drv->set_read_only(f, false) : 0;
+
+	if (!ret && bs->drv->set_read_only)
+		ret = bs->drv->set_read_only(bs, false);
+	if (ret)
+		snprintf(err, errlen, "Could not make node '%s' writable: %s", blk_node_name(bs),
+			 strerror(-ret));
+	return ret;
+}
+
 int blk_set_backing_read_only(struct blk_node *bs, bool ro, char *err, size_t errlen)
 {
 	int ret = ro && bs->drv->set_read_only ? bs->drv->set_read_only(bs, true) : 0;
@@ -533,13 +548,13 @@ int blk_set_backing_read_only(struct blk_node *bs, bool ro, char *err, size_t er
 			 strerror(-ret));
 		return ret;
 	}
+	if (!ro && (ret = set_writable(bs, err, errlen)))
+		return ret;
 	node_set_ro(bs, ro);
 	if (bs->next && bs->next->nparents == 1)
 		node_set_ro(bs->next, ro);
 	/* Fewer permissions cannot conflict; more are those it held before. */
 	blk_perm_refresh(bs, NULL, 0);
-	if (!ro && bs->drv->set_read_only)
-		bs->drv->set_read_only(bs, false);
 	return 0;
 }
 

@@ -106,8 +106,10 @@ struct job_driver {
 	void (*clean)(struct job *job);
 	/* main: the speed changed (bytes per second, 0: unlimited). */
 	void (*set_speed)(struct job *job, uint64_t speed);
-	/* main: block-job-cancel force=false on a READY job: mirror completes
-	 * without switching over. NULL: a cancel as any other. */
+	/* main: block-job-cancel force=false: mirror (READY) completes
+	 * without switching over. Returns true when it does so (the job is
+	 * then cancelled without force: job_cancelled() stays false and the
+	 * driver ends run() itself); false or NULL: a forced cancel. */
 	bool (*soft_cancel)(struct job *job);
 	/* main: free what the driver owns beyond struct job (last). */
 	void (*free)(struct job *job);
@@ -153,6 +155,13 @@ struct job {
 	/* Error of the last I/O error action, for query-block-jobs' io-status:
 	 * "ok", "failed", "nospace". */
 	const char *io_status;
+	/* run() is parked (msg_parked or msg_error arrived, no msg_resume sent
+	 * yet); the state it had before PAUSED/STANDBY. */
+	bool main_parked, parked_for_error;
+	enum job_status parked_from;
+	/* Nodes claimed with job_block_node (job.c), each with a reference. */
+	struct blk_node **blocked;
+	unsigned nblocked;
 
 	/* ---- shared: written by one side, read by the other ---- */
 	/* Main asks, the job loop looks at its pause points. */
@@ -167,10 +176,15 @@ struct job {
 	struct coroutine *co;
 	struct loop_timer sleep_timer;
 	bool parked; /* yielded at a pause point, until main resumes it */
-	/* Rate limit (job_ratelimit): bytes dispatched in this slice. */
+	/* Rate limit (job_ratelimit): when the bytes dispatched so far are
+	 * paid for at the current speed; slice_bytes: unused, 0. */
 	uint64_t slice_start_ns, slice_bytes;
+	int run_ret; /* run()'s result: job loop writes it before msg_done */
 	/* Messages (each has one user at a time; see job.c). */
 	struct loop_msg msg_start, msg_resume;           /* main -> job loop */
+	struct loop_msg msg_kick;                        /* main -> job loop: ends a job_sleep() */
+	atomic_bool kick_pending;                        /* msg_kick is on its way */
+	bool sleeping;                                   /* job loop: in job_sleep() */
 	struct loop_msg msg_parked, msg_ready, msg_done; /* job loop -> main */
 	struct loop_msg msg_error;                       /* job loop -> main (BLOCK_JOB_ERROR) */
 	/* The error action that msg_error carries (job loop writes it before the
@@ -204,6 +218,26 @@ struct loop *job_pick_loop(struct blk_node *bs);
 /* The daemon's main loop and iothread pool (start-up). */
 void job_set_loops(struct loop *main, struct loop **pool, unsigned npool);
 struct loop *job_main_loop(void);
+/* Which loops are iothreads the daemon made (the monitor's objects), so that
+ * a job follows an export placed on one. NULL: only the pool counts. */
+void job_set_iothread_filter(bool (*fn)(const struct loop *loop));
+bool job_loop_is_iothread(const struct loop *loop);
+/* Daemon exit, after job_cancel_all_sync(): stop the jobs' own iothread (the
+ * one made when there is no pool). */
+void job_shutdown(void);
+
+/* Who hears of a job's events (QMP: qmp-job.c). Main thread; any hook may be
+ * NULL. status: JOB_STATUS_CHANGE (the new job->status); pending:
+ * BLOCK_JOB_PENDING (manual finalize only); error: BLOCK_JOB_ERROR. */
+struct job_event_ops {
+	void (*status)(struct job *job);
+	void (*ready)(struct job *job);
+	void (*pending)(struct job *job);
+	void (*completed)(struct job *job); /* error: job->error when job->ret */
+	void (*cancelled)(struct job *job);
+	void (*error)(struct job *job, bool is_read, enum job_error_action action);
+};
+void job_set_event_ops(const struct job_event_ops *ops);
 
 /* ---- node blockers (main) ----------------------------------------------- */
 
@@ -229,6 +263,9 @@ int job_user_complete(struct job *job, char *err, size_t errlen);
 int job_user_finalize(struct job *job, char *err, size_t errlen);
 int job_user_dismiss(struct job *job, char *err, size_t errlen);
 int job_set_speed(struct job *job, int64_t speed, char *err, size_t errlen);
+/* End a job_sleep() of run() early (a driver's own wake-up: mirror's
+ * complete, a soft cancel). */
+void job_enter(struct job *job);
 /* Internal pauses (a drain of the job's nodes): nest, no user state. */
 void job_pause(struct job *job);
 void job_resume(struct job *job);
@@ -269,6 +306,7 @@ enum job_error_action job_error_action(struct job *job, enum job_error_policy po
 #define JOB_COPY_INFLIGHT_DEFAULT 4u
 
 struct job_copy;
+struct job_guard;
 
 /* Per-chunk hooks, on the job loop (may be NULL). before_write: after the
  * read, before the write (mirror: dirty-bitmap checks); return non-zero to
@@ -288,6 +326,9 @@ struct job_copy_opts {
 	bool detect_zeroes, zero_unmap;
 	bool progress; /* add each written chunk to the job's progress */
 	enum job_error_policy on_source_error, on_target_error;
+	/* Lock each chunk in this guard from before its read until after its
+	 * write (stream's copy-on-read into the node guest writes go to). */
+	struct job_guard *guard;
 	const struct job_copy_ops *ops;
 	void *opaque;
 };
@@ -316,6 +357,26 @@ void job_copy_free(struct job_copy *c);
  * with that same answer (>= 1). 0 or -errno. */
 int job_allocated_above(struct blk_node *top, struct blk_node *base, uint64_t off, uint64_t len,
 			bool *allocated, uint64_t *pnum);
+
+/* ---- write guard (stream) -------------------------------------------------- */
+
+/* A filter node put above bs in its place for every user (exports): writes,
+ * write-zeroes and discards from them wait while they overlap a range the
+ * job has locked, and a lock waits for the overlapping ones in flight. So
+ * that a job can read a range of bs and write it back (copy-on-read, as
+ * QEMU's stream filter) without undoing a guest write. name: the node-name
+ * (filter-node-name), NULL: generated. Main, bs not drained by the caller.
+ * 0 and *out, or -errno with a message. */
+struct job_guard;
+int job_guard_insert(struct blk_node *bs, const char *name, struct job_guard **out, char *err,
+		     size_t errlen);
+/* Take the filter out again (main): users go back to bs. */
+void job_guard_remove(struct job_guard *g);
+struct blk_node *job_guard_node(struct job_guard *g);
+/* Job loop (coroutine): lock [off, off+len) against guest writes, waiting for
+ * those in flight; unlock lets the waiting ones go. One lock per chunk. */
+void job_guard_lock(struct job_guard *g, uint64_t off, uint64_t len);
+void job_guard_unlock(struct job_guard *g, uint64_t off, uint64_t len);
 
 /* ---- QMP (main) ------------------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include "block/graph.h"
 #include "control/qmp-bitmap.h"
 #include "control/qmp-block.h"
+#include "block/job.h"
 #include "control/qmp-snapshot.h"
 #include "control/qmp-transaction.h"
 #include "control/qmp.h"
@@ -510,6 +511,8 @@ int qmp_block_register(void)
 		ret = qmp_txn_register_command();
 	if (!ret)
 		ret = qmp_snapshot_register();
+	if (!ret)
+		ret = qmp_job_register();
 	done = ret == 0;
 	return ret;
 }

@@ -300,3 +300,46 @@ void qcow2_detach_backing(struct blk_node *bs)
 	blk_set_perm(bs, bs->user_perm, bs->user_shared, NULL, 0); /* drops: cannot fail */
 	blk_unref(b, NULL);
 }
+
+struct qc_backing_change {
+	struct qc_state *s;
+	const char *name, *fmt;
+};
+
+static int qc_change_backing_co(void *arg)
+{
+	struct qc_backing_change *c = arg;
+	int ret;
+
+	qc_co_lock(c->s, &c->s->meta);
+	ret = qc_header_set_backing(c->s, c->name, c->fmt);
+	qc_co_unlock(c->s, &c->s->meta);
+	return ret;
+}
+
+int qcow2_change_backing_file(struct blk_node *bs, const char *name, const char *fmt, char *err,
+			      size_t errlen)
+{
+	struct qc_backing_change c = {.name = name, .fmt = name ? fmt : NULL};
+	int ret;
+
+	if (!qcow2_is(bs)) {
+		snprintf(err, errlen, "The overlay does not support backing images");
+		return -ENOTSUP;
+	}
+	c.s = qc_state(bs);
+	if (c.s->read_only || bs->read_only) {
+		snprintf(err, errlen, "Node '%s' is read only", blk_node_name(bs));
+		return -EROFS;
+	}
+	ret = qc_run_sync(qc_change_backing_co, &c);
+	if (ret == -ENOSPC)
+		snprintf(err, errlen,
+			 "Could not change the backing file to '%s': not enough space "
+			 "in the header",
+			 name ? name : "");
+	else if (ret)
+		snprintf(err, errlen, "Could not change the backing file to '%s': %s",
+			 name ? name : "", strerror(-ret));
+	return ret;
+}

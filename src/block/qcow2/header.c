@@ -581,6 +581,81 @@ int qc_header_set_bitmaps(struct qc_state *s, unsigned count, uint64_t len, uint
 	return ret;
 }
 
+/* The extension area of a header that names the backing file `name` in
+ * format `fmt` (both NULL: no backing file), into out (cs bytes, zeroed):
+ * every extension but the backing format one, then that one, the end
+ * marker and the name. The new backing_file_offset in *name_off. */
+static int hdr_backing_area(const struct qc_state *s, uint8_t *out, uint64_t cs, const char *name,
+			    const char *fmt, uint64_t *name_off)
+{
+	const uint8_t *buf = s->hdr_cluster;
+	uint64_t end = s->h.backing_file_offset ? s->h.backing_file_offset : cs;
+	uint64_t pos = s->h.header_length, o = pos, flen = fmt ? strlen(fmt) : 0;
+	uint64_t nlen = name ? strlen(name) : 0;
+
+	memcpy(out, buf, pos);
+	while (pos + 8 <= end) {
+		uint32_t type = qc_rd32(buf + pos), elen = qc_rd32(buf + pos + 4);
+		uint64_t step = qc_align_up(8 + (uint64_t)elen, 8);
+
+		if (type == QC_EXT_END || elen > end - pos - 8)
+			break;
+		if (type != QC_EXT_BACKING_FMT) {
+			if (o + step > cs)
+				return -ENOSPC;
+			memcpy(out + o, buf + pos, 8 + elen);
+			o += step;
+		}
+		pos += step;
+	}
+	if (fmt) {
+		if (o + qc_align_up(8 + flen, 8) > cs)
+			return -ENOSPC;
+		qc_wr32(out + o, QC_EXT_BACKING_FMT);
+		qc_wr32(out + o + 4, (uint32_t)flen);
+		memcpy(out + o + 8, fmt, flen);
+		o += qc_align_up(8 + flen, 8);
+	}
+	o += 8;                           /* the end marker: zeroes */
+	if (o + nlen > cs || nlen > 1023) /* QEMU's limit for a backing file name */
+		return -ENOSPC;
+	memcpy(out + o, name ? name : "", nlen);
+	*name_off = name ? o : 0;
+	return 0;
+}
+
+int qc_header_set_backing(struct qc_state *s, const char *name, const char *fmt)
+{
+	uint64_t cs = s->cluster_size, off = 0;
+	uint8_t *area = calloc(1, cs);
+	char *nn = name ? strdup(name) : NULL, *nf = fmt ? strdup(fmt) : NULL;
+	int ret = !area || (name && !nn) || (fmt && !nf) ? -ENOMEM : 0;
+
+	if (!ret)
+		ret = hdr_backing_area(s, area, cs, name, fmt, &off);
+	if (!ret) {
+		qc_wr64(area + 8, off);
+		qc_wr32(area + 16, name ? (uint32_t)strlen(name) : 0);
+		/* One write of the whole header cluster, as QEMU updates it. */
+		ret = qc_header_write_field(s, 0, area, (unsigned)cs);
+	}
+	if (!ret)
+		ret = qc_co_flush(s->file);
+	if (!ret) {
+		s->h.backing_file_offset = off;
+		s->h.backing_file_size = name ? (uint32_t)strlen(name) : 0;
+		free(s->backing_name);
+		free(s->backing_fmt);
+		s->backing_name = nn;
+		s->backing_fmt = nf;
+		nn = nf = NULL;
+	}
+	free(nn);
+	free(nf);
+	free(area);
+	return ret;
+}
+
 /* ---- tool API: info ---- */
 
 static char *hdr_dup(const char *s)

@@ -433,6 +433,10 @@ int qc_header_write_features(struct qc_state *s, uint64_t incompat, uint64_t aut
 int qc_header_write_field(struct qc_state *s, unsigned off, const void *val, unsigned len);
 int qc_header_mark_dirty(struct qc_state *s);
 int qc_header_mark_clean(struct qc_state *s);
+/* The header names backing file name in format fmt (NULL, NULL: none),
+ * written in one write of the header cluster and flushed. -ENOSPC when
+ * it does not fit. Coroutine, metadata lock held or no request in flight. */
+int qc_header_set_backing(struct qc_state *s, const char *name, const char *fmt);
 int qc_header_set_bitmaps(struct qc_state *s, unsigned count, uint64_t len, uint64_t off);
 void qc_header_free(struct qc_state *s);
 

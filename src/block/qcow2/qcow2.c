@@ -658,7 +658,10 @@ static void qcow2_close(struct blk_node *bs)
 	bs->opaque = NULL;
 }
 
-/* Becoming a read-only backing file: what close would write, now. */
+/* Becoming a read-only backing file: what close would write, now. Writable
+ * again (a commit's base): refused for an image that is corrupt or was
+ * opened dirty, and autoclear bits this writer does not keep go first, as
+ * at a writable open. */
 static int qcow2_set_read_only(struct blk_node *bs, bool ro)
 {
 	struct qc_state *s = bs->opaque;
@@ -666,6 +669,15 @@ static int qcow2_set_read_only(struct blk_node *bs, bool ro)
 
 	if (ro && !s->read_only && !s->corrupt)
 		ret = qc_run_sync(qc_close_co, s);
+	if (!ro && s->read_only) {
+		if (s->corrupt || (s->h.incompat & QC_INCOMPAT_DIRTY))
+			return -EUCLEAN;
+		if (s->h.autoclear & ~QC_AUTOCLEAR_KNOWN) {
+			s->read_only = false;
+			ret = qc_run_sync(qc_clear_autoclear, s);
+			s->read_only = ret ? true : false;
+		}
+	}
 	if (!ret)
 		s->read_only = ro;
 	return ret;

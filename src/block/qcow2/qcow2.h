@@ -164,6 +164,14 @@ int qcow2_attach_backing(struct blk_node *bs, struct blk_node *backing, char *er
  * nothing; the reference is dropped. Main thread, bs drained. */
 void qcow2_detach_backing(struct blk_node *bs);
 
+/* Make bs's header name backing file `name` in format fmt (name NULL: no
+ * backing file, fmt ignored), durably, in one write of the header cluster
+ * (a stream's or a commit's new backing link; the graph is the caller's).
+ * bs writable, drained. 0, or -EROFS, -ENOTSUP, -ENOSPC (too long for the
+ * header cluster), -errno, with a message. */
+int qcow2_change_backing_file(struct blk_node *bs, const char *name, const char *fmt, char *err,
+			      size_t errlen);
+
 /* Write whole clusters compressed (convert -c). offset cluster-aligned, len
  * a multiple of the cluster size except at the end of the image; the target
  * clusters must be unallocated. Falls back to a normal write when the data

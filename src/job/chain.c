@@ -1,0 +1,116 @@
+/* Backing-chain helpers of stream and commit (chain.h).
+ *
+ * THREADING RULE: main thread only. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "block/graph.h"
+#include "block/job.h"
+#include "block/qcow2/qcow2.h"
+#include "job/chain.h"
+
+struct blk_node *chain_backing(struct blk_node *bs)
+{
+	return bs ? blk_child(bs, BLK_ROLE_BACKING) : NULL;
+}
+
+bool chain_contains(struct blk_node *bs, struct blk_node *n)
+{
+	for (struct blk_node *b = chain_backing(bs); b; b = chain_backing(b))
+		if (b == n)
+			return true;
+	return false;
+}
+
+const char *chain_filename(struct blk_node *bs)
+{
+	const char *p;
+
+	while (bs->next)
+		bs = bs->next;
+	p = blk_file_path(bs);
+	return p ? p : "";
+}
+
+static bool same_file(const char *a, const char *b)
+{
+	char ra[PATH_MAX], rb[PATH_MAX];
+
+	if (!strcmp(a, b))
+		return true;
+	return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
+}
+
+struct blk_node *chain_find_image(struct blk_node *bs, const char *filename)
+{
+	for (struct blk_node *b = bs; b; b = chain_backing(b))
+		if (same_file(filename, chain_filename(b)))
+			return b;
+	return NULL;
+}
+
+struct blk_node *chain_lookup(const char *device, const char *node, char *err, size_t errlen)
+{
+	struct blk_node *bs = node ? blk_graph_find(node) : NULL;
+
+	if (!bs)
+		snprintf(err, errlen, "Cannot find device='%s' nor node-name='%s'",
+			 device ? device : "", node ? node : "");
+	return bs;
+}
+
+int chain_busy(struct blk_node *top, struct blk_node *end, char *err, size_t errlen)
+{
+	for (struct blk_node *b = top; b && b != end; b = chain_backing(b)) {
+		int ret = job_node_busy(b, err, errlen);
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+static int relink_graph(struct blk_node *overlay, struct blk_node *base, char *err, size_t errlen)
+{
+	int ret = 0;
+
+	if (base)
+		blk_ref(base, NULL); /* through the detach, which may close its parent */
+	qcow2_detach_backing(overlay);
+	if (base) {
+		ret = qcow2_attach_backing(overlay, base, err, errlen);
+		blk_unref(base, NULL);
+	}
+	return ret;
+}
+
+int chain_relink(struct blk_node *overlay, struct blk_node *base, const char *backing_file,
+		 char *err, size_t errlen)
+{
+	const char *name = base ? (backing_file ? backing_file : chain_filename(base)) : NULL;
+	const char *fmt = base ? blk_node_driver(base) : NULL;
+	struct loop *prev;
+	int ret = blk_ctl_enter(&prev);
+
+	if (ret) {
+		snprintf(err, errlen, "out of memory");
+		return ret;
+	}
+	ret = blk_flush_tree_sync(overlay);
+	if (ret)
+		snprintf(err, errlen, "Could not flush node '%s': %s", blk_node_name(overlay),
+			 strerror(-ret));
+	if (!ret)
+		ret = blk_drain_begin(overlay);
+	if (!ret) {
+		ret = qcow2_change_backing_file(overlay, name, fmt, err, errlen);
+		if (!ret)
+			ret = relink_graph(overlay, base, err, errlen);
+		blk_drain_end(overlay);
+	}
+	blk_ctl_leave(prev);
+	return ret;
+}

@@ -1,0 +1,449 @@
+/* Unit tests for the job framework: QEMU's transition and verb tables,
+ * the names QMP uses, and the life of a job with a test driver run by a
+ * real iothread - completion, pause and resume, cancel, manual finalize
+ * and dismiss, a failing prepare, and the "stop" error action - checked
+ * through the events and the order of the driver's hooks.
+ * Threading: the test is the main thread; run() runs on one iothread. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "blk-test-ram.h"
+#include "block/job.h"
+#include "loop/iothread.h"
+
+#define WAIT_ROUNDS 20000 /* x loop rounds of at most 1 ms (the main loop's timer) */
+
+/* ---- tables ---------------------------------------------------------------------- */
+
+static void test_transition_table(void **state)
+{
+	/* QEMU's JobSTT, rows from, columns to: U C R P Y S W D X E N. */
+	static const char *const rows[JOB_STATUS__COUNT] = {
+		"01000000000", "00100000101", "00011010100", "00100000000",
+		"00000110100", "00001000000", "00000001100", "00000000110",
+		"00000000110", "00000000001", "00000000000",
+	};
+
+	(void)state;
+	for (int f = 0; f < JOB_STATUS__COUNT; f++)
+		for (int t = 0; t < JOB_STATUS__COUNT; t++)
+			assert_int_equal(job_transition_allowed(f, t), rows[f][t] == '1');
+	/* A few read as rules. */
+	assert_false(job_transition_allowed(JOB_STATUS_PAUSED, JOB_STATUS_ABORTING));
+	assert_true(job_transition_allowed(JOB_STATUS_CREATED, JOB_STATUS_NULL));
+	assert_false(job_transition_allowed(JOB_STATUS_CONCLUDED, JOB_STATUS_RUNNING));
+	assert_false(job_transition_allowed(JOB_STATUS__COUNT, JOB_STATUS_NULL));
+	assert_false(job_transition_allowed(JOB_STATUS_NULL, (enum job_status) - 1));
+}
+
+static void test_verb_table(void **state)
+{
+	static const char *const rows[JOB_VERB__COUNT] = {
+		"01111111000", "01111100000", "01111100000", "01111100000",
+		"00001100000", "00000001000", "00000000010", "01111100000",
+	};
+
+	(void)state;
+	for (int v = 0; v < JOB_VERB__COUNT; v++)
+		for (int s = 0; s < JOB_STATUS__COUNT; s++)
+			assert_int_equal(job_verb_allowed(v, s), rows[v][s] == '1');
+	assert_false(job_verb_allowed(JOB_VERB__COUNT, JOB_STATUS_RUNNING));
+}
+
+static void test_names(void **state)
+{
+	enum job_error_policy p;
+
+	(void)state;
+	assert_string_equal(job_status_name(JOB_STATUS_STANDBY), "standby");
+	assert_string_equal(job_status_name(JOB_STATUS_NULL), "null");
+	assert_null(job_status_name(JOB_STATUS__COUNT));
+	assert_string_equal(job_verb_name(JOB_VERB_SET_SPEED), "set-speed");
+	assert_string_equal(job_action_name(JOB_ACTION_STOP), "stop");
+	assert_int_equal(job_error_policy_parse("enospc", &p), 0);
+	assert_int_equal(p, JOB_ERR_ENOSPC);
+	assert_int_equal(job_error_policy_parse("bogus", &p), -EINVAL);
+	assert_int_equal(job_error_policy_parse(NULL, &p), -EINVAL);
+}
+
+/* ---- a test job ------------------------------------------------------------------- */
+
+struct tjob {
+	struct job job;
+	atomic_bool finish;   /* main asks run() to return 0 */
+	atomic_int steps;     /* run()'s loop rounds */
+	bool stop_once;       /* run() takes one "stop" error action */
+	atomic_int stop_seen; /* ... and saw it return */
+	int prepare_ret;
+	char hooks[16]; /* p(repare) c(ommit) a(bort) l(clean), in order */
+};
+
+static struct {
+	enum job_status seen[64];
+	unsigned n;
+	unsigned completed, cancelled, pending, errors;
+	char last_error[128];
+} ev;
+
+static void ev_status(struct job *j)
+{
+	if (ev.n < 64)
+		ev.seen[ev.n++] = j->status;
+}
+static void ev_completed(struct job *j)
+{
+	ev.completed++;
+	snprintf(ev.last_error, sizeof(ev.last_error), "%s", j->ret && j->error ? j->error : "");
+}
+static void ev_cancelled(struct job *j)
+{
+	(void)j;
+	ev.cancelled++;
+}
+static void ev_pending(struct job *j)
+{
+	(void)j;
+	ev.pending++;
+}
+static void ev_error(struct job *j, bool is_read, enum job_error_action a)
+{
+	(void)j;
+	assert_true(is_read);
+	assert_int_equal(a, JOB_ACTION_STOP);
+	ev.errors++;
+}
+static const struct job_event_ops test_events = {.status = ev_status,
+						 .completed = ev_completed,
+						 .cancelled = ev_cancelled,
+						 .pending = ev_pending,
+						 .error = ev_error};
+
+static int t_run(struct job *job)
+{
+	struct tjob *t = (struct tjob *)job;
+
+	job_progress_set_total(job, 1000);
+	for (unsigned i = 0; i < 100000; i++) {
+		if (job_cancelled(job))
+			return -ECANCELED;
+		if (atomic_load(&t->finish))
+			return 0;
+		if (t->stop_once && i == 3) {
+			t->stop_once = false;
+			if (job_error_action(job, JOB_ERR_STOP, true, -EIO) == JOB_ACTION_STOP)
+				atomic_fetch_add(&t->stop_seen, 1);
+		}
+		job_progress_add(job, 1);
+		atomic_fetch_add(&t->steps, 1);
+		job_sleep(job, 1000000);
+	}
+	return -ETIMEDOUT;
+}
+
+static void hook(struct job *job, char c)
+{
+	struct tjob *t = (struct tjob *)job;
+	size_t n = strlen(t->hooks);
+
+	if (n + 1 < sizeof(t->hooks))
+		t->hooks[n] = c;
+}
+static int t_prepare(struct job *job, char *err, size_t errlen)
+{
+	hook(job, 'p');
+	if (((struct tjob *)job)->prepare_ret)
+		snprintf(err, errlen, "prepare failed on purpose");
+	return ((struct tjob *)job)->prepare_ret;
+}
+static void t_commit(struct job *job)
+{
+	hook(job, 'c');
+}
+static void t_abort(struct job *job)
+{
+	hook(job, 'a');
+}
+static void t_clean(struct job *job)
+{
+	hook(job, 'l');
+}
+
+static char freed_hooks[16];
+static void t_free(struct job *job)
+{
+	memcpy(freed_hooks, ((struct tjob *)job)->hooks, sizeof(freed_hooks));
+}
+
+static const struct job_driver tdrv = {.type = "stream",
+				       .size = sizeof(struct tjob),
+				       .run = t_run,
+				       .prepare = t_prepare,
+				       .commit = t_commit,
+				       .abort = t_abort,
+				       .clean = t_clean,
+				       .free = t_free};
+
+struct env {
+	struct loop *main;
+	struct iothread *t;
+	struct loop *tl;
+};
+
+static int setup(void **state)
+{
+	struct env *e = calloc(1, sizeof(*e));
+
+	e->main = test_loop_new();
+	assert_int_equal(iothread_start("job-test", NULL, &e->t), 0);
+	e->tl = iothread_loop(e->t);
+	job_set_loops(e->main, &e->tl, 1);
+	job_set_event_ops(&test_events);
+	memset(&ev, 0, sizeof(ev));
+	memset(freed_hooks, 0, sizeof(freed_hooks));
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+
+	job_cancel_all_sync();
+	iothread_join(e->t);
+	test_loop_free(e->main);
+	free(e);
+	return 0;
+}
+
+/* Run the main loop until cond(arg) holds (bounded). */
+static void wait_for(struct env *e, bool (*cond)(void *), void *arg)
+{
+
+	for (unsigned i = 0; i < WAIT_ROUNDS && !cond(arg); i++) {
+		loop_run_once(e->main, false);
+		usleep(500);
+	}
+	assert_true(cond(arg));
+}
+
+static bool gone(void *id)
+{
+	return job_find(id) == NULL;
+}
+static enum job_status want;
+static bool in_state(void *j)
+{
+	return ((struct job *)j)->status == want;
+}
+static bool stepped(void *j)
+{
+	return atomic_load(&((struct tjob *)j)->steps) >= 5;
+}
+
+static struct tjob *make(const char *id, bool af, bool ad)
+{
+	struct job_opts o = JOB_OPTS_INIT;
+	struct job *j;
+	char err[256];
+
+	o.id = id;
+	o.auto_finalize = af;
+	o.auto_dismiss = ad;
+	assert_int_equal(job_create(&tdrv, &o, &j, err, sizeof(err)), 0);
+	return (struct tjob *)j;
+}
+
+static void expect_states(const char *seq)
+{
+	char got[64] = "";
+
+	for (unsigned i = 0; i < ev.n; i++)
+		got[i] = "UCRPYSWDXEN"[ev.seen[i]];
+	assert_string_equal(got, seq);
+}
+
+static void test_complete(void **state)
+{
+	struct env *e = *state;
+	struct tjob *t = make("j0", true, true);
+	char err[256];
+
+	job_start(&t->job);
+	wait_for(e, stepped, t);
+	/* A stream cannot be completed; a running job not finalized. */
+	assert_int_equal(job_user_complete(&t->job, err, sizeof(err)), -EPERM);
+	assert_string_equal(err,
+			    "Job 'j0' in state 'running' cannot accept command verb 'complete'");
+	assert_int_equal(job_user_dismiss(&t->job, err, sizeof(err)), -EPERM);
+	atomic_store(&t->finish, true);
+	wait_for(e, gone, "j0");
+	expect_states("CRWDEN");
+	assert_int_equal(ev.completed, 1);
+	assert_int_equal(ev.cancelled, 0);
+	assert_string_equal(freed_hooks, "pcl");
+}
+
+static void test_pause_resume(void **state)
+{
+	struct env *e = *state;
+	struct tjob *t = make("j1", true, true);
+	char err[256];
+	int steps;
+
+	job_start(&t->job);
+	assert_int_equal(job_user_pause(&t->job, err, sizeof(err)), 0);
+	assert_int_equal(job_user_pause(&t->job, err, sizeof(err)), -EBUSY);
+	assert_string_equal(err, "Job is already paused");
+	want = JOB_STATUS_PAUSED;
+	wait_for(e, in_state, t);
+	steps = atomic_load(&t->steps);
+	for (int i = 0; i < 50; i++) {
+		loop_run_once(e->main, false);
+		usleep(1000);
+	}
+	assert_int_equal(atomic_load(&t->steps), steps); /* parked: no progress */
+	assert_int_equal(job_user_resume(&t->job, err, sizeof(err)), 0);
+	assert_int_equal(job_user_resume(&t->job, err, sizeof(err)), -EPERM);
+	assert_string_equal(err, "Can't resume a job that was not paused");
+	want = JOB_STATUS_RUNNING;
+	wait_for(e, in_state, t);
+	wait_for(e, stepped, t);
+	atomic_store(&t->finish, true);
+	wait_for(e, gone, "j1");
+	expect_states("CRPRWDEN");
+}
+
+static void test_cancel(void **state)
+{
+	struct env *e = *state;
+	struct tjob *t = make("j2", true, true);
+	char err[256];
+
+	job_start(&t->job);
+	wait_for(e, stepped, t);
+	assert_int_equal(job_user_cancel(&t->job, true, err, sizeof(err)), 0);
+	wait_for(e, gone, "j2");
+	expect_states("CRXEN");
+	assert_int_equal(ev.cancelled, 1);
+	assert_int_equal(ev.completed, 0);
+	assert_string_equal(freed_hooks, "al");
+}
+
+static void test_cancel_paused(void **state)
+{
+	struct env *e = *state;
+	struct tjob *t = make("j3", true, true);
+	char err[256];
+
+	job_start(&t->job);
+	assert_int_equal(job_user_pause(&t->job, err, sizeof(err)), 0);
+	want = JOB_STATUS_PAUSED;
+	wait_for(e, in_state, t);
+	assert_int_equal(job_user_cancel(&t->job, true, err, sizeof(err)), 0);
+	wait_for(e, gone, "j3");
+	expect_states("CRPRXEN");
+	assert_int_equal(ev.cancelled, 1);
+}
+
+static void test_manual(void **state)
+{
+	struct env *e = *state;
+	struct tjob *t = make("j4", false, false);
+	char err[256];
+
+	job_start(&t->job);
+	atomic_store(&t->finish, true);
+	want = JOB_STATUS_PENDING;
+	wait_for(e, in_state, t);
+	assert_int_equal(ev.pending, 1);
+	assert_string_equal(t->hooks, "");
+	assert_int_equal(job_user_dismiss(&t->job, err, sizeof(err)), -EPERM);
+	assert_int_equal(job_user_finalize(&t->job, err, sizeof(err)), 0);
+	assert_int_equal(t->job.status, JOB_STATUS_CONCLUDED);
+	assert_string_equal(t->hooks, "pcl");
+	assert_int_equal(job_user_finalize(&t->job, err, sizeof(err)), -EPERM);
+	assert_string_equal(err, "Job 'j4' in state 'concluded' cannot accept command verb "
+				 "'finalize'");
+	assert_int_equal(job_user_dismiss(&t->job, err, sizeof(err)), 0);
+	assert_null(job_find("j4"));
+	expect_states("CRWDEN");
+}
+
+static void test_prepare_fails(void **state)
+{
+	struct env *e = *state;
+	struct tjob *t = make("j5", true, true);
+
+	t->prepare_ret = -EIO;
+	job_start(&t->job);
+	atomic_store(&t->finish, true);
+	wait_for(e, gone, "j5");
+	expect_states("CRWDXEN");
+	assert_int_equal(ev.completed, 1);
+	assert_string_equal(ev.last_error, "prepare failed on purpose");
+	assert_string_equal(freed_hooks, "pal");
+}
+
+static void test_error_stop(void **state)
+{
+	struct env *e = *state;
+	struct tjob *t = make("j6", true, true);
+	char err[256];
+
+	t->stop_once = true;
+	job_start(&t->job);
+	want = JOB_STATUS_PAUSED;
+	wait_for(e, in_state, t);
+	assert_int_equal(ev.errors, 1);
+	assert_true(t->job.user_paused);
+	assert_string_equal(t->job.io_status, "failed");
+	assert_int_equal(atomic_load(&t->stop_seen), 0);
+	assert_int_equal(job_user_resume(&t->job, err, sizeof(err)), 0);
+	assert_string_equal(t->job.io_status, "ok");
+	wait_for(e, stepped, t);
+	assert_int_equal(atomic_load(&t->stop_seen), 1);
+	atomic_store(&t->finish, true);
+	wait_for(e, gone, "j6");
+	expect_states("CRPRWDEN");
+}
+
+static void test_ids(void **state)
+{
+	struct job_opts o = JOB_OPTS_INIT;
+	struct job *j, *k;
+	char err[256];
+
+	(void)state;
+	o.id = "";
+	assert_int_equal(job_create(&tdrv, &o, &j, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "Invalid job ID ''");
+	o.id = "1abc";
+	assert_int_equal(job_create(&tdrv, &o, &j, err, sizeof(err)), -EINVAL);
+	o.id = "ok";
+	assert_int_equal(job_create(&tdrv, &o, &j, err, sizeof(err)), 0);
+	assert_int_equal(job_create(&tdrv, &o, &k, err, sizeof(err)), -EEXIST);
+	assert_string_equal(err, "Job ID 'ok' already in use");
+	assert_int_equal(job_set_speed(j, -1, err, sizeof(err)), -EINVAL);
+	job_early_fail(j);
+	assert_null(job_find("ok"));
+	expect_states("CN");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_transition_table),
+		cmocka_unit_test(test_verb_table),
+		cmocka_unit_test(test_names),
+		cmocka_unit_test_setup_teardown(test_ids, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_complete, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pause_resume, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_paused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_manual, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prepare_fails, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_error_stop, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
