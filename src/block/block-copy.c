@@ -294,6 +294,7 @@ static void op_read(struct blk_request *req, int ret)
 	struct bcopy_op *op = req->opaque;
 	uint64_t len = op->r.hi - op->r.lo;
 
+	op->read_failed = ret < 0;
 	if (ret == 0) {
 		op->zero = buf_is_zero(op->buf, len);
 		op->req = (struct blk_request){
@@ -318,6 +319,7 @@ int bcopy_op_start(struct bcopy_op *op)
 	int ret;
 
 	op->zero = false;
+	op->read_failed = false;
 	op->iov = (struct iovec){.iov_base = op->buf, .iov_len = len};
 	op->req = (struct blk_request){
 		.op = BLK_OP_READ,

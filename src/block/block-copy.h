@@ -95,8 +95,9 @@ struct bcopy_op {
 	struct bcopy_range r; /* claimed by the owner before bcopy_op_start */
 	struct blk_request req;
 	struct iovec iov;
-	void *buf; /* owner's, at least r.hi - r.lo bytes, aligned (blk_alloc_buf) */
-	bool zero; /* set by the op: the data read were zeroes (written as such) */
+	void *buf;        /* owner's, at least r.hi - r.lo bytes, aligned (blk_alloc_buf) */
+	bool zero;        /* set by the op: the data read were zeroes (written as such) */
+	bool read_failed; /* set by the op: the failure was the source's */
 	void (*cb)(struct bcopy_op *op, int ret); /* after bcopy_end */
 	void *opaque;
 };
