@@ -30,6 +30,9 @@
 struct cbw_state {
 	struct bcopy bc;
 	bool break_snapshot; /* on-cbw-error=break-snapshot */
+	/* A backup's record of the writes since it began (cbw_set_successor;
+	 * set before the node serves). */
+	struct blk_dirty_bitmap *succ;
 };
 
 /* A guest write held until the old data under it is copied. */
@@ -176,11 +179,33 @@ static int cbw_intercept(struct blk_node *bs, struct blk_request *req)
 	return ret;
 }
 
+/* Forwarded requests skip the source's checks, and so its dirty marking:
+ * the filter marks for it (and the backup's record). */
+static void cbw_mark(struct blk_node *bs, const struct blk_request *req)
+{
+	struct cbw_state *s = bs->opaque;
+
+	if (!req->len || req->offset >= bs->size)
+		return;
+	if (bs->next->dirty_bitmaps)
+		blk_dirty_mark(bs->next, req->offset, req->len);
+	if (s->succ)
+		blk_dirty_bitmap_set(s->succ, req->offset, req->len);
+}
+
 static int cbw_submit(struct blk_node *bs, struct blk_request *req)
 {
 	if (!cbw_modifies(req->op))
 		return blk_forward(bs, req);
+	cbw_mark(bs, req);
 	return cbw_intercept(bs, req);
+}
+
+void cbw_set_successor(struct blk_node *bs, struct blk_dirty_bitmap *succ)
+{
+	struct cbw_state *s = bs->opaque;
+
+	s->succ = succ;
 }
 
 /* ---- open ---- */

@@ -13,6 +13,10 @@
 /* The copy state of a copy-before-write node (a backup job copies the
  * rest through it), or NULL if bs is not one. */
 struct bcopy *cbw_copy_state(struct blk_node *bs);
+/* Every write through the copy-before-write node bs is also recorded in
+ * succ (a backup's bitmap successor), from now on. Before bs serves. */
+struct blk_dirty_bitmap;
+void cbw_set_successor(struct blk_node *bs, struct blk_dirty_bitmap *succ);
 
 /* A mirror-top node (driver "mirror-top", on `file` = the source) records
  * every write in bc once it is done (bcopy_mark); write_blocking: a write

@@ -335,6 +335,8 @@ int qmp_job_register(void)
 		ret = qmp_commit_register();
 	if (!ret)
 		ret = qmp_mirror_register();
+	if (!ret)
+		ret = qmp_backup_register();
 	job_set_event_ops(&qmp_job_events);
 	job_set_iothread_filter(is_iothread);
 	done = ret == 0;

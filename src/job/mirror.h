@@ -50,5 +50,7 @@ void mirror_setup_undo(struct job *job);
 void qmp_active_commit(struct qmp_req *req, json_t *args, struct blk_node *top,
 		       struct blk_node *base);
 int qmp_mirror_register(void);
+/* blockdev-backup (backup.c). */
+int qmp_backup_register(void);
 
 #endif
