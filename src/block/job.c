@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "block/block-driver.h"
 #include "block/graph.h"
 #include "block/job-int.h"
 #include "util/log.h"
@@ -142,7 +143,11 @@ static void job_unblock_all(struct job *job)
 	for (unsigned i = 0; i < job->nblocked; i++)
 		blk_unref(job->blocked[i], desc);
 	free(job->blocked);
+	free(job->blocked_shared);
+	free(job->blocked_role);
 	job->blocked = NULL;
+	job->blocked_shared = NULL;
+	job->blocked_role = NULL;
 	job->nblocked = 0;
 }
 
@@ -200,24 +205,94 @@ int job_node_busy(const struct blk_node *bs, char *err, size_t errlen)
 	return -EBUSY;
 }
 
-int job_block_node(struct job *job, struct blk_node *bs, char *err, size_t errlen)
+/* "Permission conflict on node 'N': permissions 'P' are both required by an
+ * unnamed block device (uses node 'N' as 'root' child) and unshared by H." */
+static int perm_conflict(const struct job *job, unsigned i, uint32_t perm, char *err, size_t errlen)
+{
+	const char *n = blk_node_name(job->blocked[i]), *role = job->blocked_role[i];
+	char names[64], holder[256];
+
+	blk_perm_names(perm, names, sizeof(names));
+	if (role)
+		snprintf(holder, sizeof(holder), "%s job '%s' (uses node '%s' as '%s' child)",
+			 job->drv->type, job->id, n, role);
+	else
+		snprintf(holder, sizeof(holder),
+			 "an unnamed block device (uses node '%s' as 'root' child)", n);
+	snprintf(err, errlen,
+		 "Permission conflict on node '%s': permissions '%s' are both required by an "
+		 "unnamed block device (uses node '%s' as 'root' child) and unshared by %s.",
+		 n, names, n, holder);
+	return -EPERM;
+}
+
+int job_node_perm_check(const struct blk_node *bs, uint32_t perm, char *err, size_t errlen)
+{
+	for (struct job *j = jobs_head; j; j = j->next)
+		for (unsigned i = 0; i < j->nblocked; i++)
+			if (j->blocked[i] == bs && (perm & ~j->blocked_shared[i]))
+				return perm_conflict(j, i, perm & ~j->blocked_shared[i], err,
+						     errlen);
+	return 0;
+}
+
+unsigned job_node_blocker_refs(const struct blk_node *bs)
+{
+	unsigned n = 0;
+
+	for (struct job *j = jobs_head; j; j = j->next)
+		for (unsigned i = 0; i < j->nblocked; i++)
+			n += j->blocked[i] == bs;
+	return n;
+}
+
+static int blocked_grow(struct job *job)
+{
+	unsigned n = job->nblocked + 1;
+	struct blk_node **v = realloc(job->blocked, n * sizeof(*v));
+	uint32_t *sh;
+	const char **r;
+
+	if (v)
+		job->blocked = v;
+	sh = v ? realloc(job->blocked_shared, n * sizeof(*sh)) : NULL;
+	if (sh)
+		job->blocked_shared = sh;
+	r = sh ? realloc(job->blocked_role, n * sizeof(*r)) : NULL;
+	if (r)
+		job->blocked_role = r;
+	return r ? 0 : -ENOMEM;
+}
+
+int job_block_node_shared(struct job *job, struct blk_node *bs, uint32_t shared, const char *role,
+			  char *err, size_t errlen)
 {
 	char desc[JOB_ID_MAX + 16];
-	struct blk_node **v;
+	unsigned i;
 	int ret = job_node_busy(bs, err, errlen);
 
-	if (ret || job_holding(bs) == job)
+	if (ret)
 		return ret;
-	v = realloc(job->blocked, (job->nblocked + 1) * sizeof(*v));
-	if (!v) {
+	if (blocked_grow(job)) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	job->blocked = v;
-	v[job->nblocked++] = bs;
+	i = job->nblocked;
+	job->blocked[i] = bs;
+	job->blocked_shared[i] = shared & BLK_PERM_ALL;
+	job->blocked_role[i] = role;
+	/* Users already there that hold what the job does not share. */
+	if (bs->user_perm & ~job->blocked_shared[i])
+		return perm_conflict(job, i, bs->user_perm & ~job->blocked_shared[i], err, errlen);
+	job->nblocked++;
 	job_user_desc(job, desc, sizeof(desc));
 	blk_ref(bs, desc);
 	return 0;
+}
+
+int job_block_node(struct job *job, struct blk_node *bs, char *err, size_t errlen)
+{
+	return job_block_node_shared(job, bs, BLK_PERM_ALL, NULL, err, errlen);
 }
 
 /* ---- the end of a job -------------------------------------------------------- */

@@ -159,8 +159,13 @@ struct job {
 	 * yet); the state it had before PAUSED/STANDBY. */
 	bool main_parked, parked_for_error;
 	enum job_status parked_from;
-	/* Nodes claimed with job_block_node (job.c), each with a reference. */
+	/* Nodes claimed with job_block_node (job.c), each with a reference,
+	 * what the job shares of each (BLK_PERM_*) and the role it names in
+	 * a conflict (NULL: "root" of an unnamed block device, QEMU's words
+	 * for a job's own BlockBackend). */
 	struct blk_node **blocked;
+	uint32_t *blocked_shared;
+	const char **blocked_role;
 	unsigned nblocked;
 
 	/* ---- shared: written by one side, read by the other ---- */
@@ -247,8 +252,21 @@ void job_set_event_ops(const struct job_event_ops *ops);
  * by block job: %s" (the job type). Released by the framework at the end.
  * -ENOMEM, or -EBUSY with the message when another job holds it. */
 int job_block_node(struct job *job, struct blk_node *bs, char *err, size_t errlen);
+/* The same, sharing only `shared` of bs (BLK_PERM_*) with other users:
+ * users that hold more (an export that writes a commit's base) are refused
+ * now (-EPERM) and later (job_node_perm_check), with QEMU's "Permission
+ * conflict on node ..." message. role: the role QEMU names ("intermediate
+ * node"), static; NULL: the job's own access to the node. */
+int job_block_node_shared(struct job *job, struct blk_node *bs, uint32_t shared, const char *role,
+			  char *err, size_t errlen);
 /* 0, or -EBUSY with that message when a job holds bs. */
 int job_node_busy(const struct blk_node *bs, char *err, size_t errlen);
+/* May a new user of bs hold perm (BLK_PERM_*)? 0, or -EPERM with QEMU's
+ * message when a job does not share it (exports check before they start). */
+int job_node_perm_check(const struct blk_node *bs, uint32_t perm, char *err, size_t errlen);
+/* How many references jobs hold on bs as blockers (blockdev-del tells a
+ * node used by a job's own access from one it only blocks). */
+unsigned job_node_blocker_refs(const struct blk_node *bs);
 
 /* ---- commands (main): 0, or -errno with QEMU's message ------------------ */
 
@@ -287,7 +305,8 @@ void job_ratelimit(struct job *job, uint64_t n);
 void job_progress_add(struct job *job, uint64_t done);
 void job_progress_set_total(struct job *job, uint64_t total);
 void job_progress_add_total(struct job *job, uint64_t more);
-/* RUNNING -> READY (BLOCK_JOB_READY): mirror, active commit. */
+/* RUNNING -> READY (BLOCK_JOB_READY): mirror, active commit. At most once
+ * per job (QEMU 7.2 has no way back to RUNNING; msg_ready is not reused). */
 void job_ready(struct job *job);
 /* An I/O error of the job's own request: what policy says for err (-errno).
  * Sends BLOCK_JOB_ERROR (operation read/write, action); "stop" also parks

@@ -403,17 +403,21 @@ static void blockdev_add(struct qmp_req *req, json_t *args)
 
 static int node_close(struct blk_node *bs);
 
-/* QEMU's checks, in its order: a user that is not a node (an export), not
- * the monitor's, a parent. */
+/* QEMU's checks, in its order: a user that is not a node (an export, a
+ * job's own access), a job's blocker, not the monitor's, a parent. */
 static void blockdev_del(struct qmp_req *req, json_t *args)
 {
 	const char *name = qapi_get_str(args, "node-name");
 	struct blk_node *bs = blk_graph_find(name);
 
+	char busy[256];
+
 	if (!bs)
 		qmp_error(req, QMP_ERR_GENERIC, "Failed to find node with node-name='%s'", name);
-	else if (blk_user_count(bs))
+	else if (blk_user_count(bs) > job_node_blocker_refs(bs))
 		qmp_error(req, QMP_ERR_GENERIC, "Node %s is in use", name);
+	else if (job_node_busy(bs, busy, sizeof(busy)))
+		qmp_error(req, QMP_ERR_GENERIC, "%s", busy);
 	else if (!blk_graph_owned(bs))
 		qmp_error(req, QMP_ERR_GENERIC, "Node %s is not owned by the monitor", name);
 	else if (blk_parent_count(bs))
@@ -474,6 +478,11 @@ static void block_resize(struct qmp_req *req, json_t *args)
 	}
 	if (!strcmp(blk_node_driver(bs), "qcow2") && size % 512) {
 		qmp_error(req, QMP_ERR_GENERIC, "The new size must be a multiple of 512");
+		return;
+	}
+	/* A job's node keeps its size (qsd says "Device '(null)' is in use"). */
+	if (job_node_busy(bs, err, sizeof(err))) {
+		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
 		return;
 	}
 	if (blk_ctl_enter(&prev)) {

@@ -20,6 +20,7 @@
 #include "block/block.h"
 #include "block/dirty-bitmap.h"
 #include "block/graph.h"
+#include "block/job.h"
 #include "control/monitor-opts.h"
 #include "control/qmp-export-int.h"
 #include "control/qmp-object.h"
@@ -370,6 +371,11 @@ static int take_perm(const json_t *args, struct qexp *x, struct blk_node *bs, ch
 		snprintf(err, errlen, "Cannot export read-only node as writable");
 		return -EROFS;
 	}
+	/* A job's nodes: what the job does not share (a commit's base is
+	 * written by nobody else). */
+	if (job_node_perm_check(bs, BLK_PERM_CONSISTENT_READ | (w ? BLK_PERM_WRITE : 0), err,
+				errlen))
+		return -EPERM;
 	/* A user of this process that keeps writers out (a block job's
 	 * target, a copy-before-write target) wins, as in QEMU. */
 	if (w && (!(bs->user_shared & BLK_PERM_WRITE) || !(bs->shared & BLK_PERM_WRITE))) {

@@ -26,6 +26,7 @@
 
 #include "block/file.h"
 #include "block/graph.h"
+#include "block/job.h"
 #include "block/qcow2/qcow2.h"
 #include "control/qmp-snapshot.h"
 #include "control/qmp-transaction.h"
@@ -209,6 +210,10 @@ static int snap_begin(struct snap *s, const char *device, const char *node, stru
 	s->from = snap_lookup(device, node, e);
 	if (!s->from)
 		return -ENOENT;
+	/* A job's node stays where the job expects it (QEMU's op blocker). */
+	ret = job_node_busy(s->from, e->desc, sizeof(e->desc));
+	if (ret)
+		return ret;
 	ret = snap_flush(s, e);
 	return ret ? ret : snap_drain(s->from, &s->drained_from, e);
 }

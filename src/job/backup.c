@@ -545,8 +545,10 @@ static int backup_setup(struct backup_job *s, json_t *a, const struct backup_req
 		}
 	}
 	ret = job_block_node(&s->job, s->source, err, errlen);
-	if (!ret)
-		ret = job_block_node(&s->job, s->target, err, errlen);
+	if (!ret) /* the filter's: others may only read it */
+		ret = job_block_node_shared(&s->job, s->target,
+					    BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+					    "target", err, errlen);
 	if (!ret)
 		job_progress_set_total(&s->job, bcopy_remaining(s->bc));
 	return ret;
@@ -572,11 +574,7 @@ static void cmd_blockdev_backup(struct qmp_req *req, json_t *a)
 		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
 		return;
 	}
-	o.id = qapi_get_str(a, "job-id");
-	o.bs = r.source;
-	o.speed = (uint64_t)(qapi_get_int(a, "speed", 0) > 0 ? qapi_get_int(a, "speed", 0) : 0);
-	o.auto_finalize = qapi_get_bool(a, "auto-finalize", true);
-	o.auto_dismiss = qapi_get_bool(a, "auto-dismiss", true);
+	chain_job_opts(a, r.source, &o);
 	o.loop = job_pick_loop(r.source);
 	if (job_create(&backup_driver, &o, &job, err, sizeof(err))) {
 		if (backup_filter_remove(f, r.source))

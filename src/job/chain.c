@@ -10,6 +10,9 @@
 #include "block/graph.h"
 #include "block/job.h"
 #include "block/qcow2/qcow2.h"
+#include "control/qmp-job.h"
+#include "control/qmp.h"
+#include "control/schema.h"
 #include "job/chain.h"
 
 struct blk_node *chain_backing(struct blk_node *bs)
@@ -113,4 +116,68 @@ int chain_relink(struct blk_node *overlay, struct blk_node *base, const char *ba
 	}
 	blk_ctl_leave(prev);
 	return ret;
+}
+
+/* ---- what the two jobs share ------------------------------------------------------ */
+
+int chain_run(struct job *job, struct job_copy *c, uint64_t size, chain_range_fn *range)
+{
+	uint64_t n;
+	int ret = 0, w;
+
+	for (uint64_t off = 0; off < size && !ret; off += n) {
+		job_pause_point(job);
+		if (job_cancelled(job)) {
+			ret = -ECANCELED;
+			break;
+		}
+		ret = range(job, c, off, &n);
+	}
+	w = job_copy_wait(c);
+	job_copy_free(c);
+	return ret ? ret : w;
+}
+
+void chain_job_opts(json_t *a, struct blk_node *bs, struct job_opts *o)
+{
+	int64_t speed = qapi_get_int(a, "speed", 0);
+
+	*o = (struct job_opts)JOB_OPTS_INIT;
+	o->id = qapi_has(a, "job-id") ? qapi_get_str(a, "job-id") : "";
+	o->bs = bs;
+	o->speed = speed > 0 ? (uint64_t)speed : 0;
+	o->auto_finalize = qapi_get_bool(a, "auto-finalize", true);
+	o->auto_dismiss = qapi_get_bool(a, "auto-dismiss", true);
+}
+
+int chain_job_args(json_t *a, enum job_error_policy *on_error, char **backing_file, char *err,
+		   size_t errlen)
+{
+	const char *bf = qapi_get_str(a, "backing-file");
+
+	if (qapi_get_int(a, "speed", 0) < 0) {
+		snprintf(err, errlen, "Parameter 'speed' expects a non-negative value");
+		return -EINVAL;
+	}
+	*on_error = (enum job_error_policy)qapi_get_enum(a, "on-error", &qmp_blockdev_on_error,
+							 JOB_ERR_REPORT);
+	*backing_file = bf ? strdup(bf) : NULL;
+	if (bf && !*backing_file) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void chain_job_answer(struct qmp_req *req, struct job *job, int ret, const char *err)
+{
+	if (ret) {
+		if (job->drv->clean)
+			job->drv->clean(job);
+		job_early_fail(job);
+		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
+		return;
+	}
+	job_start(job);
+	qmp_return(req, NULL);
 }

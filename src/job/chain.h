@@ -6,10 +6,15 @@
 #ifndef IOPLANE_JOB_CHAIN_H
 #define IOPLANE_JOB_CHAIN_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "block/job.h"
 
 struct blk_node;
+struct qmp_req;
 
 /* The backing child of bs (NULL: none). */
 struct blk_node *chain_backing(struct blk_node *bs);
@@ -32,5 +37,28 @@ int chain_busy(struct blk_node *top, struct blk_node *end, char *err, size_t err
  * old chain. Main thread; drains overlay. 0 or -errno with a message. */
 int chain_relink(struct blk_node *overlay, struct blk_node *base, const char *backing_file,
 		 char *err, size_t errlen);
+
+/* ---- what the two jobs share ----------------------------------------------- */
+
+/* run()'s walk over [0, size) (job loop): range() handles the stretch at off
+ * and says how long it was (*n >= 1), with a pause point and the cancel
+ * check before each; then the copy's chunks in flight finish and c is
+ * freed. 0 or the first error. */
+typedef int chain_range_fn(struct job *job, struct job_copy *c, uint64_t off, uint64_t *n);
+int chain_run(struct job *job, struct job_copy *c, uint64_t size, chain_range_fn *range);
+
+/* The job options block-stream and block-commit take (job-id: "" when
+ * absent, which qsd refuses as an invalid id; speed, auto-finalize,
+ * auto-dismiss) for a job on bs. */
+void chain_job_opts(json_t *a, struct blk_node *bs, struct job_opts *o);
+/* After job_create: speed (qsd checks it only now: the job is made and
+ * fails), on-error and backing-file (a copy, the caller's to free).
+ * 0 or -errno with qsd's message. */
+int chain_job_args(json_t *a, enum job_error_policy *on_error, char **backing_file, char *err,
+		   size_t errlen);
+/* The command's end: ret 0 starts the job and answers {}; otherwise the
+ * job's clean hook undoes the set-up, the job fails early and err is the
+ * answer. */
+void chain_job_answer(struct qmp_req *req, struct job *job, int ret, const char *err);
 
 #endif

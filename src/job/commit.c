@@ -44,6 +44,20 @@ struct commit_job {
 	uint32_t base_perm, base_shared; /* base's users' permissions before */
 };
 
+static int commit_range(struct job *job, struct job_copy *c, uint64_t off, uint64_t *n)
+{
+	struct commit_job *s = (struct commit_job *)job;
+	uint64_t size = s->top->size;
+	uint64_t want = size - off > COMMIT_STATUS_MAX ? COMMIT_STATUS_MAX : size - off;
+	bool alloc;
+	int ret = job_allocated_above(s->top, s->base, off, want, &alloc, n);
+
+	if (ret || alloc)
+		return ret ? ret : job_copy_range(c, off, *n);
+	job_progress_add(job, *n);
+	return 0;
+}
+
 static int commit_run(struct job *job)
 {
 	struct commit_job *s = (struct commit_job *)job;
@@ -52,31 +66,9 @@ static int commit_run(struct job *job)
 				  .on_source_error = s->on_error,
 				  .on_target_error = s->on_error};
 	struct job_copy *c;
-	uint64_t n, size = s->top->size;
 	int ret = job_copy_new(job, s->top, s->base, &o, &c);
 
-	if (ret)
-		return ret;
-	job_progress_set_total(job, size);
-	for (uint64_t off = 0; off < size && !ret; off += n) {
-		uint64_t want = size - off > COMMIT_STATUS_MAX ? COMMIT_STATUS_MAX : size - off;
-		bool alloc;
-
-		job_pause_point(job);
-		if (job_cancelled(job)) {
-			ret = -ECANCELED;
-			break;
-		}
-		ret = job_allocated_above(s->top, s->base, off, want, &alloc, &n);
-		if (!ret && alloc)
-			ret = job_copy_range(c, off, n);
-		else if (!ret)
-			job_progress_add(job, n);
-	}
-	if (job_copy_wait(c) && !ret)
-		ret = -EIO;
-	job_copy_free(c);
-	return ret;
+	return ret ? ret : chain_run(job, c, s->top->size, commit_range);
 }
 
 static int commit_prepare(struct job *job, char *err, size_t errlen)
@@ -238,22 +230,19 @@ static struct blk_node *find_overlay(struct blk_node *bs, struct blk_node *top)
 /* The job exists: claim the chain and its overlay, make base writable. */
 static int commit_setup(struct commit_job *s, json_t *a, char *err, size_t errlen)
 {
-	const char *bf = qapi_get_str(a, "backing-file");
-	int ret = 0;
+	int ret = chain_job_args(a, &s->on_error, &s->backing_file, err, errlen);
 
-	if (qapi_get_int(a, "speed", 0) < 0) {
-		snprintf(err, errlen, "Parameter 'speed' expects a non-negative value");
-		return -EINVAL;
-	}
-	s->on_error = (enum job_error_policy)qapi_get_enum(a, "on-error", &qmp_blockdev_on_error,
-							   JOB_ERR_REPORT);
-	s->backing_file = bf ? strdup(bf) : NULL;
+	if (ret)
+		return ret;
+	/* QEMU's: nobody else reads the nodes that go or writes the base. */
 	ret = job_block_node(&s->job, s->overlay, err, errlen);
-	for (struct blk_node *b = s->top; b && !ret; b = chain_backing(b)) {
-		ret = job_block_node(&s->job, b, err, errlen);
-		if (b == s->base)
-			break;
-	}
+	for (struct blk_node *b = s->top; b && b != s->base && !ret; b = chain_backing(b))
+		ret = job_block_node_shared(&s->job, b, BLK_PERM_WRITE | BLK_PERM_WRITE_UNCHANGED,
+					    "intermediate node", err, errlen);
+	if (!ret)
+		ret = job_block_node_shared(&s->job, s->base,
+					    BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+					    NULL, err, errlen);
 	if (!ret && s->base->size < s->top->size) {
 		snprintf(err, errlen, "Top image %s is larger than base image %s",
 			 blk_node_name(s->top), blk_node_name(s->base));
@@ -275,7 +264,7 @@ static int commit_setup(struct commit_job *s, json_t *a, char *err, size_t errle
 
 static void cmd_block_commit(struct qmp_req *req, json_t *a)
 {
-	struct job_opts o = JOB_OPTS_INIT;
+	struct job_opts o;
 	struct commit_req r;
 	struct commit_job *s;
 	struct job *job;
@@ -290,11 +279,7 @@ static void cmd_block_commit(struct qmp_req *req, json_t *a)
 		qmp_active_commit(req, a, r.top, r.base);
 		return;
 	}
-	o.id = qapi_has(a, "job-id") ? qapi_get_str(a, "job-id") : "";
-	o.bs = r.top;
-	o.speed = (uint64_t)(qapi_get_int(a, "speed", 0) > 0 ? qapi_get_int(a, "speed", 0) : 0);
-	o.auto_finalize = qapi_get_bool(a, "auto-finalize", true);
-	o.auto_dismiss = qapi_get_bool(a, "auto-dismiss", true);
+	chain_job_opts(a, r.top, &o);
 	o.loop = job_pick_loop(r.bs);
 	if (job_create(&commit_driver, &o, &job, err, sizeof(err))) {
 		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
@@ -305,14 +290,7 @@ static void cmd_block_commit(struct qmp_req *req, json_t *a)
 	s->base = r.base;
 	s->overlay = find_overlay(r.bs, r.top);
 	ret = commit_setup(s, a, err, sizeof(err));
-	if (ret) {
-		commit_clean(job);
-		job_early_fail(job);
-		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
-		return;
-	}
-	job_start(job);
-	qmp_return(req, NULL);
+	chain_job_answer(req, job, ret, err);
 }
 
 static const struct qmp_command commit_cmd = {

@@ -115,11 +115,7 @@ static void mirror_start(struct qmp_req *req, json_t *a, const struct mirror_par
 		return;
 	}
 
-	o.id = qapi_get_str(a, "job-id");
-	o.bs = p->source;
-	o.speed = (uint64_t)(qapi_get_int(a, "speed", 0) > 0 ? qapi_get_int(a, "speed", 0) : 0);
-	o.auto_finalize = qapi_get_bool(a, "auto-finalize", true);
-	o.auto_dismiss = qapi_get_bool(a, "auto-dismiss", true);
+	chain_job_opts(a, p->source, &o);
 	o.loop = job_pick_loop(p->source);
 	if (job_create(mirror_driver_for(p->commit), &o, &job, err, sizeof(err))) {
 		mirror_pre_free(pre);

@@ -565,8 +565,10 @@ int mirror_setup(struct job *job, const struct mirror_params *p, struct mirror_p
 		return ret;
 	}
 	ret = job_block_node(job, s->source, err, errlen);
-	if (!ret)
-		ret = job_block_node(job, s->target, err, errlen);
+	if (!ret) /* the job's to write: others may only read it */
+		ret = job_block_node_shared(job, s->target,
+					    BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+					    "target", err, errlen);
 	if (!ret)
 		ret = mirror_take_target(s, err, errlen);
 	if (!ret)

@@ -38,8 +38,9 @@ struct stream_job {
 };
 
 /* Job loop: copy what the chain between top and base has and top has not. */
-static int stream_range(struct stream_job *s, struct job_copy *c, uint64_t off, uint64_t *pnum)
+static int stream_range(struct job *job, struct job_copy *c, uint64_t off, uint64_t *pnum)
 {
+	struct stream_job *s = (struct stream_job *)job;
 	struct blk_node *below = chain_backing(s->top);
 	uint64_t want =
 		s->top->size - off > STREAM_STATUS_MAX ? STREAM_STATUS_MAX : s->top->size - off;
@@ -51,7 +52,7 @@ static int stream_range(struct stream_job *s, struct job_copy *c, uint64_t off, 
 	if (ret)
 		return ret;
 	if (!in_chain) {
-		job_progress_add(&s->job, *pnum);
+		job_progress_add(job, *pnum);
 		return 0;
 	}
 	return job_copy_range(c, off, *pnum);
@@ -65,24 +66,9 @@ static int stream_run(struct job *job)
 				  .on_target_error = s->on_error,
 				  .guard = s->guard};
 	struct job_copy *c;
-	uint64_t n;
 	int ret = job_copy_new(job, s->top, s->top, &o, &c);
 
-	if (ret)
-		return ret;
-	job_progress_set_total(job, s->top->size);
-	for (uint64_t off = 0; off < s->top->size && !ret; off += n) {
-		job_pause_point(job);
-		if (job_cancelled(job)) {
-			ret = -ECANCELED;
-			break;
-		}
-		ret = stream_range(s, c, off, &n);
-	}
-	if (job_copy_wait(c) && !ret)
-		ret = -EIO;
-	job_copy_free(c);
-	return ret;
+	return ret ? ret : chain_run(job, c, s->top->size, stream_range);
 }
 
 static int stream_prepare(struct job *job, char *err, size_t errlen)
@@ -201,18 +187,17 @@ static int stream_check(json_t *a, struct blk_node **top, struct blk_node **base
 /* The job exists: claim the chain, put the guard in, take write on top. */
 static int stream_setup(struct stream_job *s, json_t *a, char *err, size_t errlen)
 {
-	const char *bf = qapi_get_str(a, "backing-file");
-	int ret = 0;
+	int ret = chain_job_args(a, &s->on_error, &s->backing_file, err, errlen);
 
-	if (qapi_get_int(a, "speed", 0) < 0) {
-		snprintf(err, errlen, "Parameter 'speed' expects a non-negative value");
-		return -EINVAL;
-	}
-	s->on_error = (enum job_error_policy)qapi_get_enum(a, "on-error", &qmp_blockdev_on_error,
-							   JOB_ERR_REPORT);
-	s->backing_file = bf ? strdup(bf) : NULL;
-	for (struct blk_node *b = s->top; b && b != s->base && !ret; b = chain_backing(b))
-		ret = job_block_node(&s->job, b, err, errlen);
+	if (ret)
+		return ret;
+	/* QEMU's: the intermediates may be read, not written, by others. */
+	ret = job_block_node(&s->job, s->top, err, errlen);
+	for (struct blk_node *b = chain_backing(s->top); b && b != s->base && !ret;
+	     b = chain_backing(b))
+		ret = job_block_node_shared(&s->job, b,
+					    BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
+					    "intermediate node", err, errlen);
 	if (!ret)
 		ret = job_guard_insert(s->top, qapi_get_str(a, "filter-node-name"), &s->guard, err,
 				       errlen);
@@ -228,36 +213,24 @@ static int stream_setup(struct stream_job *s, json_t *a, char *err, size_t errle
 
 static void cmd_block_stream(struct qmp_req *req, json_t *a)
 {
-	struct job_opts o = JOB_OPTS_INIT;
+	struct job_opts o;
 	struct blk_node *top, *base;
 	struct job *job;
 	char err[512] = "";
 	int ret = stream_check(a, &top, &base, err, sizeof(err));
 
-	if (ret) {
-		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
-		return;
+	if (!ret) {
+		chain_job_opts(a, top, &o);
+		ret = job_create(&stream_driver, &o, &job, err, sizeof(err));
 	}
-	o.id = qapi_has(a, "job-id") ? qapi_get_str(a, "job-id") : "";
-	o.bs = top;
-	o.speed = (uint64_t)(qapi_get_int(a, "speed", 0) > 0 ? qapi_get_int(a, "speed", 0) : 0);
-	o.auto_finalize = qapi_get_bool(a, "auto-finalize", true);
-	o.auto_dismiss = qapi_get_bool(a, "auto-dismiss", true);
-	if (job_create(&stream_driver, &o, &job, err, sizeof(err))) {
+	if (ret) {
 		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
 		return;
 	}
 	((struct stream_job *)job)->top = top;
 	((struct stream_job *)job)->base = base;
 	ret = stream_setup((struct stream_job *)job, a, err, sizeof(err));
-	if (ret) {
-		stream_clean(job);
-		job_early_fail(job);
-		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
-		return;
-	}
-	job_start(job);
-	qmp_return(req, NULL);
+	chain_job_answer(req, job, ret, err);
 }
 
 static const struct qmp_command stream_cmd = {

@@ -1,0 +1,207 @@
+#!/bin/bash
+# Block jobs, ioplane vs qemu-storage-daemon side by side, in one run:
+#   1. blockdev-mirror of a --size image: time to `ready`, and the IOPS of fio (4 KiB
+#      randwrite, depth 16, on the source's NBD export) during the mirror.
+#      Targets: ready <= 0.7x qsd, fio IOPS >= 1.2x qsd.            [row1_mirror]
+#   2. blockdev-backup sync=full to a qcow2 target: throughput.
+#      Target: >= 1.3x qsd.                                          [row2_backup]
+#   3. block-stream (the whole chain into the top) and block-commit (the middle layer
+#      into the base) of a --size chain (base and middle layer full, top 1%), without
+#      load and with fio 4 KiB randwrite at depth 16 on the top's NBD export: the time
+#      from the command to BLOCK_JOB_COMPLETED, best of --runs, and fio's IOPS during
+#      the job. Target: time <= 0.7x qsd.                            [row3_stream_commit]
+#
+#   bench/compare-jobs.sh [--size SIZE] [--runs N] [--rows LIST] [--quick]
+#     --size 2G (default), --runs 3, --rows 1,2,3 (which rows), --quick: 128M, 1 run
+#
+# A benchmark, not a test: exit 0 whether targets are met or not; 1 when a tool fails;
+# 2 on bad usage. Needs qemu-img, qemu-io, qemu-storage-daemon, fio (nbd engine),
+# python3. Timed figures need a quiet machine; --quick only proves the script.
+set -euo pipefail
+
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IOPLANE=${IOPLANE:-$src/build/ioplane}
+size=2G
+runs=3
+rows=1,2,3
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--size) size=$2; shift 2 ;;
+	--runs) runs=$2; shift 2 ;;
+	--rows) rows=$2; shift 2 ;;
+	--quick) size=128M; runs=1; shift ;;
+	-h | --help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
+	*) echo "unknown option $1 (try --help)" >&2; exit 2 ;;
+	esac
+done
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "compare-jobs: --runs wants a count" >&2; exit 2; }
+[[ $rows =~ ^[123](,[123])*$ ]] || { echo "compare-jobs: --rows wants e.g. 1,3" >&2; exit 2; }
+for c in qemu-img qemu-io qemu-storage-daemon fio python3; do
+	command -v "$c" >/dev/null || { echo "compare-jobs: $c is not installed" >&2; exit 1; }
+done
+[ -x "$IOPLANE" ] || { echo "compare-jobs: no $IOPLANE (ninja -C build)" >&2; exit 1; }
+bytes=$(qemu-img create -q -f qcow2 /dev/null "$size" 2>/dev/null; python3 -c '
+import re, sys
+m = re.fullmatch(r"(\d+)([KMGT]?)", sys.argv[1].upper())
+print(int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2)] if m else 0)
+' "$size")
+[ "$bytes" -gt 0 ] || { echo "compare-jobs: --size wants e.g. 2G, 512M" >&2; exit 2; }
+
+tmp=$(mktemp -d /var/tmp/ioplane-compare-jobs.XXXXXX)
+cleanup() { rm -rf "$tmp"; }
+trap cleanup EXIT
+
+# One timed job: the daemon (ioplane or qsd) serves the top of the chain in $tmp/run
+# over NBD, fio optionally writes to it, the job runs to its end. ioplane's export is
+# on an iothread; qsd's stays in its main loop: qsd 7.2 aborts (blockdev-nbd.c:62,
+# nbd_blockdev_client_closed) when an NBD client of an iothread export goes.
+# Prints "SECONDS IOPS" (IOPS 0 without load).
+cat >"$tmp/job.py" <<'PY'
+import json, os, socket, subprocess, sys, time
+kind, job, load, d = sys.argv[1], sys.argv[2], sys.argv[3] == 'fio', sys.argv[4]
+ioplane = os.environ['IOPLANE']
+qmp, nbd = os.path.join(d, 'qmp.sock'), os.path.join(d, 'nbd.sock')
+argv = ([ioplane, 'serve', '-q'] if kind == 'ioplane' else ['qemu-storage-daemon']) + [
+    '--chardev', 'socket,id=m0,path=%s,server=on,wait=off' % qmp, '--monitor', 'chardev=m0',
+    '--blockdev', 'driver=file,filename=%s/top.qcow2,node-name=tf' % d,
+    '--blockdev', 'driver=qcow2,file=tf,node-name=top', '--object', 'iothread,id=io0',
+    '--nbd-server', 'addr.type=unix,addr.path=' + nbd,
+    '--export', 'type=nbd,id=e,node-name=top,writable=on' + (
+        ',iothread=io0' if kind == 'ioplane' else '')]
+log = open(os.path.join(d, kind + '.log'), 'w')
+p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+try:
+    for _ in range(1000):
+        if os.path.exists(qmp):
+            break
+        time.sleep(0.01)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(qmp)
+    f = s.makefile('rwb')
+    def recv():
+        return json.loads(f.readline())
+    def cmd(name, args=None):
+        f.write(json.dumps({'execute': name, 'arguments': args or {}}).encode() + b'\n')
+        f.flush()
+        while True:
+            m = recv()
+            if 'event' not in m:
+                return m
+    recv()
+    cmd('qmp_capabilities')
+    mid = [n['node-name'] for n in cmd('query-named-block-nodes')['return']
+           if n['file'].endswith('/mid.qcow2') and n['drv'] == 'qcow2'][0]
+    fio = None
+    if load:
+        fio = subprocess.Popen(['fio', '--name=load', '--ioengine=nbd',
+                                '--uri=nbd+unix:///top?socket=' + nbd, '--rw=randwrite',
+                                '--bs=4k', '--iodepth=16', '--time_based', '--runtime=3600',
+                                '--size=%d' % (os.path.getsize(d + '/size')),
+                                '--output-format=json'], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+        time.sleep(1)
+    t0 = time.monotonic()
+    if job == 'stream':
+        r = cmd('block-stream', {'job-id': 'j', 'device': 'top'})
+    else:
+        r = cmd('block-commit', {'job-id': 'j', 'device': 'top', 'top-node': mid})
+    if 'error' in r:
+        sys.exit('%s %s: %s' % (kind, job, r['error']['desc']))
+    while True:
+        m = recv()
+        if m.get('event') == 'BLOCK_JOB_COMPLETED':
+            break
+    t = time.monotonic() - t0
+    iops = 0
+    if fio:
+        fio.send_signal(2)
+        out, _ = fio.communicate(timeout=60)
+        iops = json.loads(out[out.index('{'):])['jobs'][0]['write']['iops']
+    if 'error' in m['data']:
+        sys.exit('%s %s: %s' % (kind, job, m['data']['error']))
+    print('%.3f %.0f' % (t, iops))
+    cmd('quit')
+    p.wait(timeout=60)
+finally:
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+PY
+
+# The chain, made once: base and mid full (two patterns), top 1%.
+make_chain() {
+	local c=$tmp/chain
+	mkdir -p "$c"
+	qemu-img create -q -f qcow2 "$c/base.qcow2" "$bytes"
+	qemu-io -c "write -P 0x11 0 $bytes" "$c/base.qcow2" >/dev/null
+	qemu-img create -q -f qcow2 -b "$c/base.qcow2" -F qcow2 "$c/mid.qcow2"
+	qemu-io -c "write -P 0x22 0 $bytes" "$c/mid.qcow2" >/dev/null
+	qemu-img create -q -f qcow2 -b "$c/mid.qcow2" -F qcow2 "$c/top.qcow2"
+	qemu-io -c "write -P 0x33 0 $((bytes / 100 / 65536 * 65536 + 65536))" "$c/top.qcow2" >/dev/null
+}
+
+# A fresh copy of the chain (the backing names are absolute: rebased to the copy).
+fresh_chain() {
+	local r=$tmp/run
+	rm -rf "$r"
+	mkdir -p "$r"
+	cp --sparse=always "$tmp/chain/"*.qcow2 "$r/"
+	qemu-img rebase -q -u -f qcow2 -b "$r/base.qcow2" -F qcow2 "$r/mid.qcow2"
+	qemu-img rebase -q -u -f qcow2 -b "$r/mid.qcow2" -F qcow2 "$r/top.qcow2"
+	truncate -s "$bytes" "$r/size"
+}
+
+# Best (lowest) time of --runs for KIND JOB LOAD: "SECONDS IOPS".
+best_of() {
+	local best= line
+	for _ in $(seq "$runs"); do
+		fresh_chain
+		line=$(IOPLANE=$IOPLANE python3 "$tmp/job.py" "$1" "$2" "$3" "$tmp/run") || {
+			echo "compare-jobs: $1 $2 (load $3) failed; its log:" >&2
+			tail -20 "$tmp/run/$1.log" >&2
+			return 1
+		}
+		if [ -z "$best" ] || awk -v a="${line%% *}" -v b="${best%% *}" 'BEGIN { exit !(a < b) }'
+		then best=$line; fi
+	done
+	echo "$best"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+# ---- row 1: mirror (blockdev-mirror) ----
+row1_mirror() {
+	echo "row 1  mirror: not measured by this version (blockdev-mirror is not in it)"
+}
+
+# ---- row 2: backup (blockdev-backup sync=full) ----
+row2_backup() {
+	echo "row 2  backup: not measured by this version (blockdev-backup is not in it)"
+}
+
+# ---- row 3: stream and commit of a chain ----
+row3_stream_commit() {
+	local job load io qs
+	make_chain
+	printf '%-30s %10s %10s %8s %10s %10s\n' "row 3 ($size chain)" "ioplane s" "qsd s" \
+		"ratio" "fio io" "fio qsd"
+	for load in none fio; do
+		for job in stream commit; do
+			io=$(best_of ioplane $job $load) || return 1
+			qs=$(best_of qsd $job $load) || return 1
+			printf '%-30s %10s %10s %8s %10s %10s\n' "$job, load $load" "${io%% *}" \
+				"${qs%% *}" "$(ratio "${io%% *}" "${qs%% *}")" "${io##* }" "${qs##* }"
+		done
+	done
+	echo "row 3 target: time ratio <= 0.70 (ioplane / qsd), with and without load"
+}
+
+echo "compare-jobs: $size, best of $runs; $(nproc) CPUs; $("$IOPLANE" --version 2>/dev/null | head -1)"
+for r in ${rows//,/ }; do
+	case $r in
+	1) row1_mirror ;;
+	2) row2_backup ;;
+	3) row3_stream_commit ;;
+	esac
+done
