@@ -92,9 +92,16 @@ void blk_complete(struct blk_request *req, int ret);
  * the current round. */
 void blk_complete_deferred(struct blk_request *req, int ret);
 
-/* Forward a request to bs->next without re-validation (format drivers). */
+/* A request forwarded to child skips child's checks: its dirty bitmaps are
+ * marked here instead (block.c), as the checks would have. */
+void blk_dirty_mark_forward(struct blk_node *child, const struct blk_request *req);
+
+/* Forward a request to bs->next without re-validation (format drivers,
+ * filters). A node below with dirty bitmaps still records the write. */
 static inline int blk_forward(struct blk_node *bs, struct blk_request *req)
 {
+	if (__builtin_expect(bs->next->dirty_bitmaps != NULL, 0))
+		blk_dirty_mark_forward(bs->next, req);
 	return bs->next->drv->submit(bs->next, req);
 }
 /* Same, with req->offset moved up by delta for the child; the core moves it

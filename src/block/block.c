@@ -100,6 +100,12 @@ blk_dirty_mark_req(struct blk_node *bs, const struct blk_request *req)
 	}
 }
 
+void blk_dirty_mark_forward(struct blk_node *child, const struct blk_request *req)
+{
+	if (req->op != BLK_OP_READ && req->op < BLK_OP_BLOCK_STATUS && req->offset < child->size)
+		blk_dirty_mark_req(child, req);
+}
+
 /* Read and write, the hot path: 0 and *route (the core's work: zero length,
  * FUA emulation), or -errno. The iovec sum cannot wrap: every partial sum is
  * compared with len, which is at most the size. */

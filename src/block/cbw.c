@@ -179,17 +179,13 @@ static int cbw_intercept(struct blk_node *bs, struct blk_request *req)
 	return ret;
 }
 
-/* Forwarded requests skip the source's checks, and so its dirty marking:
- * the filter marks for it (and the backup's record). */
+/* The backup's record of the writes (the source's own bitmaps are marked
+ * by blk_forward). */
 static void cbw_mark(struct blk_node *bs, const struct blk_request *req)
 {
 	struct cbw_state *s = bs->opaque;
 
-	if (!req->len || req->offset >= bs->size)
-		return;
-	if (bs->next->dirty_bitmaps)
-		blk_dirty_mark(bs->next, req->offset, req->len);
-	if (s->succ)
+	if (s->succ && req->len && req->offset < bs->size)
 		blk_dirty_bitmap_set(s->succ, req->offset, req->len);
 }
 
