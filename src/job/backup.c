@@ -26,13 +26,13 @@
 #include "control/qmp.h"
 #include "control/schema.h"
 #include "job/chain.h"
+#include "job/copy-pool.h"
 #include "job/mirror.h"
-#include "loop/coroutine.h"
 #include "util/compiler.h"
 #include "util/log.h"
 #include "util/opts.h"
 
-#define BACKUP_MAX_OPS 16
+#define BACKUP_MAX_OPS COPY_POOL_MAX
 #define BACKUP_OPS_DEFAULT 8
 #define BACKUP_CHUNK_DEFAULT (1u << 20)
 #define BACKUP_CHUNK_MAX (64u << 20)
@@ -43,103 +43,22 @@
 enum backup_sync { BACKUP_SYNC_TOP, BACKUP_SYNC_FULL, BACKUP_SYNC_NONE, BACKUP_SYNC_BITMAP };
 enum backup_bm_mode { BACKUP_BM_ON_SUCCESS, BACKUP_BM_NEVER, BACKUP_BM_ALWAYS };
 
-struct backup_op {
-	struct bcopy_op op;
-	struct backup_job *s;
-	bool busy; /* job loop */
-	int err;   /* job loop: a failure not handled yet */
-	bool err_read;
-};
-
 struct backup_job {
 	struct job job;
 	/* Immutable once started. */
 	struct blk_node *source, *target, *filter;
 	struct bcopy *bc; /* the filter's */
 	enum backup_sync sync;
-	enum job_error_policy on_source_error, on_target_error;
-	uint32_t chunk;
-	unsigned max_ops;
 	/* The user's bitmap (busy meanwhile), its record of the writes since
 	 * the start (main frees it), and what bitmap-mode says. */
 	struct blk_dirty_bitmap *bm, *succ;
 	enum backup_bm_mode bm_mode;
 	/* Job loop. */
-	struct backup_op ops[BACKUP_MAX_OPS];
-	unsigned nbusy;
-	bool waiting;
+	struct copy_pool pool;
 	uint64_t total;
 };
 
 /* ---- job loop ---------------------------------------------------------------- */
-
-static void backup_op_done(struct bcopy_op *op, int ret)
-{
-	struct backup_op *o = container_of(op, struct backup_op, op);
-	struct backup_job *s = o->s;
-
-	o->busy = false;
-	s->nbusy--;
-	if (ret < 0) {
-		o->err = ret;
-		o->err_read = op->read_failed;
-	}
-	if (s->waiting) {
-		s->waiting = false;
-		coroutine_enter(s->job.co);
-	}
-}
-
-static void backup_wait(struct backup_job *s)
-{
-	s->waiting = true;
-	coroutine_yield();
-}
-
-static struct backup_op *backup_free_op(struct backup_job *s)
-{
-	for (unsigned i = 0; i < s->max_ops; i++)
-		if (!s->ops[i].busy && !s->ops[i].err)
-			return &s->ops[i];
-	return NULL;
-}
-
-static void backup_fill(struct backup_job *s, uint64_t *cursor)
-{
-	struct backup_op *o;
-
-	while ((o = backup_free_op(s))) {
-		if (!bcopy_claim_next(s->bc, *cursor, s->chunk, &o->op.r) &&
-		    (*cursor == 0 || !bcopy_claim_next(s->bc, 0, s->chunk, &o->op.r)))
-			return;
-		*cursor = o->op.r.hi;
-		job_ratelimit(&s->job, o->op.r.hi - o->op.r.lo);
-		o->busy = true;
-		s->nbusy++;
-		if (bcopy_op_start(&o->op)) {
-			o->busy = false;
-			s->nbusy--;
-			o->err = -EIO;
-			return;
-		}
-	}
-}
-
-static int backup_errors(struct backup_job *s)
-{
-	for (unsigned i = 0; i < s->max_ops; i++) {
-		struct backup_op *o = &s->ops[i];
-		int err = o->err;
-
-		if (!err)
-			continue;
-		o->err = 0;
-		if (job_error_action(&s->job, o->err_read ? s->on_source_error : s->on_target_error,
-				     o->err_read, err) == JOB_ACTION_REPORT)
-			return err;
-	}
-	return 0;
-}
 
 /* sync=top: what the source's own layer does not hold is not copied. */
 static int backup_skip_unallocated(struct backup_job *s)
@@ -165,7 +84,7 @@ static int backup_round(struct backup_job *s, uint64_t *cursor)
 {
 	struct job *job = &s->job;
 	uint64_t left;
-	int ret = backup_errors(s);
+	int ret = copy_pool_errors(&s->pool);
 
 	if (ret)
 		return ret;
@@ -179,47 +98,15 @@ static int backup_round(struct backup_job *s, uint64_t *cursor)
 	}
 	left = bcopy_remaining(s->bc);
 	atomic_store(&job->progress_current, s->total > left ? s->total - left : 0);
-	if (left == 0 && s->nbusy == 0 && !bcopy_busy(s->bc))
+	if (left == 0 && s->pool.nbusy == 0 && !bcopy_busy(s->bc))
 		return 0;
 	if (!atomic_load(&s->source->quiesce) && !atomic_load(&s->target->quiesce))
-		backup_fill(s, cursor);
-	if (s->nbusy)
-		backup_wait(s);
+		copy_pool_fill(&s->pool, cursor);
+	if (s->pool.nbusy)
+		copy_pool_wait(&s->pool);
 	else
 		job_sleep(job, BACKUP_RETRY_NS);
 	return 1;
-}
-
-static void flush_done(struct blk_request *req, int ret)
-{
-	struct backup_job *s = req->opaque;
-
-	s->ops[0].err = ret;
-	s->nbusy--;
-	if (s->waiting) {
-		s->waiting = false;
-		coroutine_enter(s->job.co);
-	}
-}
-
-/* What was copied is on the target's disk before the job succeeds. */
-static int backup_flush(struct backup_job *s)
-{
-	struct blk_request req = {.op = BLK_OP_FLUSH, .cb = flush_done, .opaque = s};
-	int ret;
-
-	s->ops[0].err = 0;
-	s->nbusy++;
-	ret = blk_submit_child(s->target, &req);
-	if (ret) {
-		s->nbusy--;
-		return ret;
-	}
-	while (s->nbusy)
-		backup_wait(s);
-	ret = s->ops[0].err;
-	s->ops[0].err = 0;
-	return ret;
 }
 
 static int backup_run(struct job *job)
@@ -237,10 +124,10 @@ static int backup_run(struct job *job)
 		ret = 0;
 		job_pause_point(job);
 	}
-	while (s->nbusy)
-		backup_wait(s);
-	if (ret == 0)
-		ret = backup_flush(s);
+	while (s->pool.nbusy)
+		copy_pool_wait(&s->pool);
+	if (ret == 0) /* what was copied is on the target's disk before success */
+		ret = copy_pool_flush(&s->pool);
 	return ret;
 }
 
@@ -293,8 +180,7 @@ static void backup_free(struct job *job)
 {
 	struct backup_job *s = (struct backup_job *)job;
 
-	for (unsigned i = 0; i < BACKUP_MAX_OPS; i++)
-		free(s->ops[i].op.buf);
+	copy_pool_free(&s->pool);
 }
 
 static const struct job_driver backup_driver = {
@@ -526,24 +412,17 @@ static int backup_setup(struct backup_job *s, json_t *a, const struct backup_req
 	s->sync = r->sync;
 	s->bm = r->bm;
 	s->bm_mode = r->mode;
-	s->chunk = r->chunk < s->bc->gran ? s->bc->gran : r->chunk;
-	s->max_ops = r->ops;
-	s->on_source_error = (enum job_error_policy)qapi_get_enum(
-		a, "on-source-error", &qmp_blockdev_on_error, JOB_ERR_REPORT);
-	s->on_target_error = (enum job_error_policy)qapi_get_enum(
-		a, "on-target-error", &qmp_blockdev_on_error, JOB_ERR_REPORT);
 	if (s->bm)
 		s->bm->busy++;
-	for (unsigned i = 0; i < s->max_ops; i++) {
-		s->ops[i].s = s;
-		s->ops[i].op.s = s->bc;
-		s->ops[i].op.cb = backup_op_done;
-		s->ops[i].op.buf = blk_alloc_buf(s->target, s->chunk);
-		if (!s->ops[i].op.buf) {
-			snprintf(err, errlen, "out of memory");
-			return -ENOMEM;
-		}
+	if (copy_pool_init(&s->pool, &s->job, s->bc, s->target, r->ops,
+			   r->chunk < s->bc->gran ? s->bc->gran : r->chunk)) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
 	}
+	s->pool.on_source_error = (enum job_error_policy)qapi_get_enum(
+		a, "on-source-error", &qmp_blockdev_on_error, JOB_ERR_REPORT);
+	s->pool.on_target_error = (enum job_error_policy)qapi_get_enum(
+		a, "on-target-error", &qmp_blockdev_on_error, JOB_ERR_REPORT);
 	ret = job_block_node(&s->job, s->source, err, errlen);
 	if (!ret) /* the filter's: others may only read it */
 		ret = job_block_node_shared(&s->job, s->target,

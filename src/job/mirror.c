@@ -23,8 +23,8 @@
 #include "block/graph.h"
 #include "block/job.h"
 #include "job/chain.h"
+#include "job/copy-pool.h"
 #include "job/mirror.h"
-#include "loop/coroutine.h"
 #include "util/compiler.h"
 #include "util/log.h"
 #include "util/opts.h"
@@ -38,29 +38,18 @@
 
 enum mirror_sync { MIRROR_SYNC_FULL, MIRROR_SYNC_TOP, MIRROR_SYNC_NONE };
 
-struct mirror_op {
-	struct bcopy_op op;
-	struct mirror_job *s;
-	bool busy; /* job loop */
-	int err;   /* job loop: a failure not handled yet */
-	bool err_read;
-};
-
 struct mirror_job {
 	struct job job;
 	/* Immutable once started. */
 	struct blk_node *source, *target, *base; /* base: active commit's (target) */
 	enum mirror_sync sync;
 	bool write_blocking;
-	enum job_error_policy on_source_error, on_target_error;
 	uint32_t chunk;
-	unsigned max_ops;
 	struct mirror_pre *pre; /* the copy state and the filter */
 	struct bcopy *bc;       /* &pre->bc */
 	/* Job loop. */
-	struct mirror_op ops[MIRROR_MAX_OPS];
-	unsigned nbusy;
-	bool waiting, ready;
+	struct copy_pool pool;
+	bool ready;
 	/* Main writes, the job loop reads. */
 	atomic_bool should_complete;
 	bool soft; /* main: a soft cancel, no switch-over */
@@ -71,82 +60,6 @@ struct mirror_job {
 };
 
 /* ---- job loop ---------------------------------------------------------------- */
-
-static void mirror_op_done(struct bcopy_op *op, int ret)
-{
-	struct mirror_op *o = container_of(op, struct mirror_op, op);
-	struct mirror_job *s = o->s;
-
-	o->busy = false;
-	s->nbusy--;
-	if (ret < 0) {
-		o->err = ret;
-		o->err_read = op->read_failed;
-	} else {
-		job_progress_add(&s->job, op->r.hi - op->r.lo);
-	}
-	if (s->waiting) {
-		s->waiting = false;
-		coroutine_enter(s->job.co);
-	}
-}
-
-/* Wait (yield) until a copy finishes. */
-static void mirror_wait(struct mirror_job *s)
-{
-	s->waiting = true;
-	coroutine_yield();
-}
-
-static struct mirror_op *mirror_free_op(struct mirror_job *s)
-{
-	for (unsigned i = 0; i < s->max_ops; i++)
-		if (!s->ops[i].busy && !s->ops[i].err)
-			return &s->ops[i];
-	return NULL;
-}
-
-/* Start copies until max_ops are in flight or nothing is claimable. */
-static void mirror_fill(struct mirror_job *s, uint64_t *cursor)
-{
-	struct mirror_op *o;
-
-	while ((o = mirror_free_op(s))) {
-		if (!bcopy_claim_next(s->bc, *cursor, s->chunk, &o->op.r) &&
-		    (*cursor == 0 || !bcopy_claim_next(s->bc, 0, s->chunk, &o->op.r)))
-			return;
-		*cursor = o->op.r.hi;
-		job_ratelimit(&s->job, o->op.r.hi - o->op.r.lo);
-		o->busy = true;
-		s->nbusy++;
-		if (bcopy_op_start(&o->op)) {
-			o->busy = false;
-			s->nbusy--;
-			o->err = -EIO;
-			return;
-		}
-	}
-}
-
-/* Failed copies, through the error policy: 0 (their ranges are to copy
- * again), or the error to end the job with. */
-static int mirror_errors(struct mirror_job *s)
-{
-	for (unsigned i = 0; i < s->max_ops; i++) {
-		struct mirror_op *o = &s->ops[i];
-		enum job_error_action a;
-		int err = o->err;
-
-		if (!err)
-			continue;
-		o->err = 0;
-		a = job_error_action(&s->job, o->err_read ? s->on_source_error : s->on_target_error,
-				     o->err_read, err);
-		if (a == JOB_ACTION_REPORT)
-			return err;
-	}
-	return 0;
-}
 
 /* What the copy starts with: sync=full everything (active commit: what
  * the chain above base holds), top what the source's own layer holds,
@@ -188,7 +101,7 @@ static int mirror_round(struct mirror_job *s, uint64_t *cursor)
 {
 	struct job *job = &s->job;
 	uint64_t left;
-	int ret = mirror_errors(s);
+	int ret = copy_pool_errors(&s->pool);
 
 	if (ret)
 		return ret;
@@ -196,7 +109,7 @@ static int mirror_round(struct mirror_job *s, uint64_t *cursor)
 		return -ECANCELED;
 	left = bcopy_remaining(s->bc);
 	job_progress_set_total(job, atomic_load(&job->progress_current) + left);
-	if (left == 0 && s->nbusy == 0) {
+	if (left == 0 && s->pool.nbusy == 0) {
 		if (!s->ready) {
 			s->ready = true;
 			job_ready(job);
@@ -207,9 +120,9 @@ static int mirror_round(struct mirror_job *s, uint64_t *cursor)
 		return 1;
 	}
 	if (!mirror_quiesced(s))
-		mirror_fill(s, cursor);
-	if (s->nbusy)
-		mirror_wait(s);
+		copy_pool_fill(&s->pool, cursor);
+	if (s->pool.nbusy)
+		copy_pool_wait(&s->pool);
 	else
 		job_sleep(job, MIRROR_RETRY_NS);
 	return 1;
@@ -228,8 +141,8 @@ static int mirror_run(struct job *job)
 		ret = 0;
 		job_pause_point(job);
 	}
-	while (s->nbusy)
-		mirror_wait(s);
+	while (s->pool.nbusy)
+		copy_pool_wait(&s->pool);
 	return ret;
 }
 
@@ -403,8 +316,7 @@ static void mirror_free(struct job *job)
 {
 	struct mirror_job *s = (struct mirror_job *)job;
 
-	for (unsigned i = 0; i < MIRROR_MAX_OPS; i++)
-		free(s->ops[i].op.buf);
+	copy_pool_free(&s->pool);
 	mirror_pre_free(s->pre);
 }
 
@@ -432,21 +344,16 @@ static const struct job_driver active_commit_driver = {
 
 /* ---- main: the start ---------------------------------------------------------------- */
 
-static int mirror_bufs(struct mirror_job *s, uint64_t buf_size)
+static int mirror_bufs(struct mirror_job *s, const struct mirror_params *p)
 {
-	s->max_ops = (unsigned)(buf_size / s->chunk);
-	s->max_ops = s->max_ops < 1 ? 1 : s->max_ops > MIRROR_MAX_OPS ? MIRROR_MAX_OPS : s->max_ops;
-	for (unsigned i = 0; i < s->max_ops; i++) {
-		struct mirror_op *o = &s->ops[i];
+	uint64_t ops = (p->buf_size ? p->buf_size : MIRROR_BUF_DEFAULT) / s->chunk;
+	int ret = copy_pool_init(&s->pool, &s->job, s->bc, s->target,
+				 ops > MIRROR_MAX_OPS ? MIRROR_MAX_OPS : (unsigned)ops, s->chunk);
 
-		o->s = s;
-		o->op.s = s->bc;
-		o->op.cb = mirror_op_done;
-		o->op.buf = blk_alloc_buf(s->target, s->chunk);
-		if (!o->op.buf)
-			return -ENOMEM;
-	}
-	return 0;
+	s->pool.progress = true;
+	s->pool.on_source_error = p->on_source_error;
+	s->pool.on_target_error = p->on_target_error;
+	return ret;
 }
 
 void mirror_pre_free(struct mirror_pre *pre)
@@ -556,10 +463,8 @@ int mirror_setup(struct job *job, const struct mirror_params *p, struct mirror_p
 	s->base = p->commit ? p->target : NULL;
 	s->sync = (enum mirror_sync)p->sync;
 	s->write_blocking = p->write_blocking;
-	s->on_source_error = p->on_source_error;
-	s->on_target_error = p->on_target_error;
 	s->chunk = pre->gran > MIRROR_CHUNK ? pre->gran : MIRROR_CHUNK;
-	ret = mirror_bufs(s, p->buf_size ? p->buf_size : MIRROR_BUF_DEFAULT);
+	ret = mirror_bufs(s, p);
 	if (ret) {
 		snprintf(err, errlen, "out of memory");
 		return ret;

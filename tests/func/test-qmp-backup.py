@@ -19,70 +19,13 @@ Exit 0 pass, 77 skip, 1 fail."""
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _qmp import QSD, Daemon, fail, skip  # noqa: E402
-
-MiB = 1 << 20
-SIZE = 32 * MiB
-
-
-def run(argv, ok=(0,), **kw):
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=kw.pop('timeout', 180),
-                       stdin=subprocess.DEVNULL, **kw)
-    if r.returncode not in ok:
-        fail('%s: rc %d %s%s' % (' '.join(argv), r.returncode, r.stdout[-2000:],
-                                 r.stderr[-2000:]))
-    return r
-
-
-def qemu_io(target, cmds, fmt='qcow2'):
-    argv = ['qemu-io', '-f', fmt]
-    for c in cmds:
-        argv += ['-c', c]
-    out = run(argv + [target]).stdout
-    if 'fail' in out.lower() or 'error' in out.lower():
-        fail('qemu-io %s: %s' % (target, out[-2000:]))
-    return out
-
-
-def writes(seed, n=100):
-    cmds = []
-    x = seed
-    for i in range(n):
-        x = (x * 1103515245 + 12345) & 0x7fffffff
-        ln = 4096 << (x % 6)
-        off = min((x % (SIZE // 4096)) * 4096, SIZE - ln)
-        cmds.append('write -P 0x%02x %d %d' % ((seed + i) % 255 + 1, off, ln))
-    return cmds
-
-
-def uri(sock, name='e0'):
-    return 'nbd+unix:///%s?socket=%s' % (name, sock)
-
-
-def start_writer(sock, cmds, name='e0'):
-    argv = ['qemu-io', '-f', 'raw']
-    for cmd in cmds:
-        argv += ['-c', cmd]
-    return subprocess.Popen(argv + [uri(sock, name)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
-
-
-def end_writer(p):
-    out, _ = p.communicate(timeout=180)
-    if p.returncode or 'fail' in out.lower() or 'error' in out.lower():
-        fail('writer: rc %d %s' % (p.returncode, out[-2000:]))
-
-
-def wait(c, name, what):
-    e = c.wait_event(name, timeout=120)
-    if e is None:
-        fail('%s: no %s (%r, events %r)' % (what, name, c.cmd('query-jobs'), c.events))
-    return e
+from _copyjobs import (  # noqa: E402
+    MiB, SIZE, end_writer, qemu_io, run, start_writer, uri, wait, writes)
 
 
 def ok_cmd(c, name, args, what):
@@ -131,7 +74,7 @@ def full_and_incremental(kind, tmp):
     qcow2(inc, tgt)
     d, sock = daemon(kind, tmp, tag, [('src', src), ('tgt', tgt)])
     ok = False
-    w1, w2 = writes(7), writes(41, 40)
+    w1, w2 = writes(7, 100, 6), writes(41, 40, 6)
     try:
         c = d.client().negotiate()
         ok_cmd(c, 'block-dirty-bitmap-add', {'node': 'src', 'name': 'b0'}, tag)
@@ -195,7 +138,7 @@ def cancel_and_kill(kind, tmp):
         shutil.copyfile(src, ref)
         d, sock = daemon(kind, tmp, tag, [('src', src), ('tgt', tgt)])
         ok = False
-        w = writes(13, 60)
+        w = writes(13, 60, 6)
         try:
             c = d.client().negotiate()
             ok_cmd(c, 'blockdev-backup', {'job-id': 'b3', 'device': 'src', 'target': 'tgt',

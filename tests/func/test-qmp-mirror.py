@@ -20,51 +20,13 @@ Exit 0 pass, 77 skip, 1 fail."""
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _qmp import QSD, Daemon, fail, skip  # noqa: E402
-
-MiB = 1 << 20
-SIZE = 32 * MiB
-
-
-def run(argv, ok=(0,), **kw):
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=kw.pop('timeout', 180),
-                       stdin=subprocess.DEVNULL, **kw)
-    if r.returncode not in ok:
-        fail('%s: rc %d %s%s' % (' '.join(argv), r.returncode, r.stdout[-2000:],
-                                 r.stderr[-2000:]))
-    return r
-
-
-def qemu_io(target, cmds, fmt='qcow2'):
-    argv = ['qemu-io', '-f', fmt]
-    for c in cmds:
-        argv += ['-c', c]
-    out = run(argv + [target]).stdout
-    if 'fail' in out.lower() or 'error' in out.lower():
-        fail('qemu-io %s: %s' % (target, out[-2000:]))
-    return out
-
-
-def writes(seed, n=120):
-    """n writes of 4 KiB to 256 KiB, each with its own pattern, spread over the image."""
-    cmds = []
-    x = seed
-    for i in range(n):
-        x = (x * 1103515245 + 12345) & 0x7fffffff
-        ln = 4096 << (x % 7)
-        off = (x % (SIZE // 4096)) * 4096
-        off = min(off, SIZE - ln)
-        cmds.append('write -P 0x%02x %d %d' % ((seed + i) % 255 + 1, off, ln))
-    return cmds
-
-
-def uri(sock, name):
-    return 'nbd+unix:///%s?socket=%s' % (name, sock)
+from _copyjobs import (  # noqa: E402
+    MiB, SIZE, end_writer, qemu_io, run, start_writer, wait, writes)
 
 
 def daemon(kind, tmp, img, extra=(), tag=None):
@@ -76,27 +38,6 @@ def daemon(kind, tmp, img, extra=(), tag=None):
         args += ['--blockdev', 'driver=file,filename=%s,node-name=%s-f' % (path, name)]
     args += list(extra)
     return Daemon(kind, tmp, args), sock
-
-
-def wait(c, name, what):
-    e = c.wait_event(name, timeout=120)
-    if e is None:
-        fail('%s: no %s (%r, events %r)' % (what, name, c.cmd('query-jobs'), c.events))
-    return e
-
-
-def start_writer(sock, cmds):
-    argv = ['qemu-io', '-f', 'raw']
-    for cmd in cmds:
-        argv += ['-c', cmd]
-    return subprocess.Popen(argv + [uri(sock, 'e0')], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
-
-
-def end_writer(p):
-    out, _ = p.communicate(timeout=180)
-    if p.returncode or 'fail' in out.lower() or 'error' in out.lower():
-        fail('writer: rc %d %s' % (p.returncode, out[-2000:]))
 
 
 def new_images(tmp, tag):

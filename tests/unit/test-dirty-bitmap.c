@@ -49,6 +49,16 @@ static void test_set_extent(void **state)
 	assert_int_equal(blk_dirty_bitmap_count(bm), bm->nbits * 4096);
 	assert_int_equal(blk_dirty_bitmap_extent(bm, 0, 1000000, &dirty), 1000000);
 	assert_true(dirty);
+	/* Clearing: the granules touched, across words, within one word. */
+	blk_dirty_bitmap_clear(bm, 62 * 4096 + 1, 70 * 4096);
+	assert_true(blk_dirty_bitmap_bit(bm, 61));
+	assert_false(blk_dirty_bitmap_bit(bm, 62) || blk_dirty_bitmap_bit(bm, 100) ||
+		     blk_dirty_bitmap_bit(bm, 132));
+	assert_true(blk_dirty_bitmap_bit(bm, 133));
+	blk_dirty_bitmap_clear(bm, 4096, 1);
+	assert_false(blk_dirty_bitmap_bit(bm, 1));
+	assert_true(blk_dirty_bitmap_bit(bm, 0) && blk_dirty_bitmap_bit(bm, 2));
+	assert_int_equal(blk_dirty_bitmap_count(bm), (bm->nbits - 72) * 4096);
 	blk_dirty_bitmap_reset_all(bm);
 	assert_int_equal(blk_dirty_bitmap_count(bm), 0);
 	blk_dirty_bitmap_free(bm);
