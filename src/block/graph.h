@@ -109,9 +109,9 @@ int blk_replace_node(struct blk_node *from, struct blk_node *to, char *err, size
  * backing file (ro: true), with its `file` child: it then holds no write
  * lock, so other processes may read it. false undoes it (an aborted
  * snapshot), or makes a backing file opened read-only writable (a commit's
- * base: its file is opened again for writing). The driver writes back what it holds first (qcow2: caches,
- * dropped references, the dirty bit), as at close. Main thread, bs drained
- * and written by nobody. 0, or -errno (nothing changed) with a message. */
+ * base: its file is opened again for writing). The driver writes back what it holds first (qcow2:
+ * caches, dropped references, the dirty bit), as at close. Main thread, bs drained and written by
+ * nobody. 0, or -errno (nothing changed) with a message. */
 int blk_set_backing_read_only(struct blk_node *bs, bool ro, char *err, size_t errlen);
 
 /* ---- resize ---------------------------------------------------------------- */

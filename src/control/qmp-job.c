@@ -81,8 +81,8 @@ static json_t *blockjobinfo(const struct job *j)
 			  "device", j->id, "len", (json_int_t)atomic_load(&j->progress_total),
 			  "offset", (json_int_t)atomic_load(&j->progress_current), "busy",
 			  (int)(atomic_load(&j->busy) && !j->main_parked), "paused",
-			  (int)(j->pause_count > 0), "speed",
-			  (json_int_t)atomic_load(&j->speed), "io-status", j->io_status, "ready",
+			  (int)(j->pause_count > 0), "speed", (json_int_t)atomic_load(&j->speed),
+			  "io-status", j->io_status, "ready",
 			  (int)(j->status == JOB_STATUS_READY || j->status == JOB_STATUS_STANDBY),
 			  "status", job_status_name(j->status), "auto-finalize",
 			  (int)j->auto_finalize, "auto-dismiss", (int)j->auto_dismiss);
