@@ -12,7 +12,8 @@ qemu-storage-daemon:
    on: overlay + full backup equal the source at the start of the incremental job.
 4. A forced cancel mid-backup leaves the source intact and the target valid.
 5. ioplane only: kill -9 mid-backup leaves images qemu-img check accepts.
-6. A copy-before-write node made with blockdev-add (fleecing): reads through it are the
+6. sync=top copies the source's own layer only.
+7. A copy-before-write node made with blockdev-add (fleecing): reads through it are the
    source's, and the target gets the old data of what is overwritten.
 
 Exit 0 pass, 77 skip, 1 fail."""
@@ -163,6 +164,43 @@ def cancel_and_kill(kind, tmp):
         run(['qemu-img', 'compare', '-q', '-f', 'qcow2', '-F', 'qcow2', ref, src])
 
 
+def top_case(kind, tmp):
+    """sync=top copies what the source's own layer holds, not its backing file's."""
+    tag = kind + '-top'
+    base, src = os.path.join(tmp, tag + '-base.qcow2'), os.path.join(tmp, tag + '-src.qcow2')
+    tgt = os.path.join(tmp, tag + '-tgt.qcow2')
+    qcow2(base)
+    qemu_io(base, ['write -P 0x41 0 8M'])
+    qcow2(src, base)
+    qemu_io(src, ['write -P 0x42 2M 1M', 'write -P 0x43 20M 64k'])
+    qcow2(tgt)
+    d = os.path.join(tmp, tag)
+    os.makedirs(d)
+    dm = Daemon(kind, d, [
+        '--blockdev', 'driver=file,filename=%s,node-name=base-f' % base,
+        '--blockdev', 'driver=qcow2,file=base-f,node-name=base,read-only=on',
+        '--blockdev', 'driver=file,filename=%s,node-name=src-f' % src,
+        '--blockdev', 'driver=qcow2,file=src-f,backing=base,node-name=src',
+        '--blockdev', 'driver=file,filename=%s,node-name=tgt-f' % tgt,
+        '--blockdev', 'driver=qcow2,file=tgt-f,node-name=tgt'])
+    ok = False
+    try:
+        c = dm.client().negotiate()
+        ok_cmd(c, 'blockdev-backup', {'job-id': 'b4', 'device': 'src', 'target': 'tgt',
+                                      'sync': 'top'}, tag)
+        e = wait(c, 'BLOCK_JOB_COMPLETED', tag)
+        if 'error' in e['data']:
+            fail('%s: %r' % (tag, e))
+        c.cmd('quit')
+        dm.wait()
+        ok = True
+    finally:
+        dm.cleanup(ok)
+    run(['qemu-img', 'check', '-q', tgt])
+    qemu_io(tgt, ['read -P 0x42 2M 1M', 'read -P 0x43 20M 64k', 'read -P 0 0 2M',
+                  'read -P 0 3M 5M'])
+
+
 def fleecing(kind, tmp):
     """A copy-before-write node by hand: writes through it keep the old data in the
     target, reads through it are the source's."""
@@ -203,6 +241,7 @@ def main():
         for kind in kinds:
             full_and_incremental(kind, tmp)
             cancel_and_kill(kind, tmp)
+            top_case(kind, tmp)
             fleecing(kind, tmp)
     if not QSD:
         print('qemu-storage-daemon not installed: ioplane only')

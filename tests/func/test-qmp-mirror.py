@@ -6,7 +6,8 @@ qemu-storage-daemon:
    the source while the job copies; it reaches READY (BLOCK_JOB_READY), job-complete switches
    the export to the target (a later write lands in the target only), and the target equals
    the source plus those writes (qemu-img compare), both images checked.
-2. A writable export of the target is refused while the mirror runs.
+2. A writable export of the target, and a second job on the source, are refused while the
+   mirror runs.
 3. block-job-cancel after READY (no force): BLOCK_JOB_COMPLETED, the export stays on the
    source and the target equals the source at that point. A forced cancel mid-copy
    (rate-limited): BLOCK_JOB_CANCELLED, the source intact, the target valid.
@@ -60,6 +61,9 @@ def checked(*paths):
         run(['qemu-img', 'check', '-q', p])
 
 
+SECOND = {}  # kind: the error a second job on the source got
+
+
 def mirror_case(kind, tmp, mode):
     tag = '%s-%s' % (kind, mode)
     src, tgt, ref = new_images(tmp, tag)
@@ -78,6 +82,12 @@ def mirror_case(kind, tmp, mode):
                                        'writable': True})
         if 'error' not in r:
             fail('%s: the mirror target was exported writable: %r' % (tag, r))
+        # A second job on the source is refused, as QEMU's op blockers refuse it.
+        r = c.cmd('blockdev-mirror', {'job-id': 'm9', 'device': 'src', 'target': 'tgt',
+                                      'sync': 'full'})
+        if 'error' not in r:
+            fail('%s: a second job on the source: %r' % (tag, r))
+        SECOND[kind] = r['error']['desc']
         wait(c, 'BLOCK_JOB_READY', tag)
         end_writer(w)
         jobs = c.cmd('query-jobs')['return']
@@ -228,6 +238,8 @@ def main():
             cancel_case(kind, tmp)
             commit_case(kind, tmp)
         kill_case(tmp)
+    if QSD and SECOND['ioplane'] != SECOND['qsd']:
+        fail('a second job: ioplane said %r, qsd %r' % (SECOND['ioplane'], SECOND['qsd']))
     if not QSD:
         print('qemu-storage-daemon not installed: ioplane only')
     print('ok')
