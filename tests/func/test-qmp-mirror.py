@@ -14,8 +14,8 @@ qemu-storage-daemon:
 4. Active commit: block-commit of the active layer is a job of type "commit" that reaches
    READY and on job-complete switches the export down to base, which then holds the whole
    chain's data plus the writes.
-5. ioplane only: kill -9 mid-mirror leaves images qemu-img check accepts, the source with
-   every acknowledged write.
+5. ioplane only: kill -9 mid-mirror and mid-commit leaves images qemu-img check accepts, the
+   source (the chain the top names) with every acknowledged write.
 
 Exit 0 pass, 77 skip, 1 fail."""
 import os
@@ -224,6 +224,41 @@ def kill_case(tmp):
             fail('%s: %s' % (p, r.stdout))
     qemu_io(ref, before)
     run(['qemu-img', 'compare', '-q', '-f', 'qcow2', '-F', 'qcow2', ref, src])
+    kill_commit_case(tmp)
+
+
+def kill_commit_case(tmp):
+    """kill -9 in the middle of an active commit: base and top check clean, and the
+    chain top's header names holds every acknowledged write."""
+    tag = 'ioplane-kill-commit'
+    base, top = os.path.join(tmp, tag + '-base.qcow2'), os.path.join(tmp, tag + '-top.qcow2')
+    ref = os.path.join(tmp, tag + '-ref.qcow2')
+    run(['qemu-img', 'create', '-q', '-f', 'qcow2', base, str(SIZE)])
+    qemu_io(base, ['write -P 0x51 0 16M'])
+    run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b', base, '-F', 'qcow2', top, str(SIZE)])
+    qemu_io(top, ['write -P 0x52 0 12M'])
+    run(['qemu-img', 'convert', '-O', 'qcow2', top, ref])
+    d, sock = daemon('ioplane', tmp, {'base': base, 'top': top}, [
+        '--blockdev', 'driver=qcow2,file=base-f,node-name=base,read-only=on',
+        '--blockdev', 'driver=qcow2,file=top-f,backing=base,node-name=top',
+        '--export', 'type=nbd,id=e0,node-name=top,name=e0,writable=on'], tag)
+    ok = False
+    w = writes(23, 60)
+    try:
+        c = d.client().negotiate()
+        r = c.cmd('block-commit', {'job-id': 'c1', 'device': 'top', 'speed': 4 * MiB})
+        if 'error' in r:
+            fail('%s block-commit: %r' % (tag, r))
+        end_writer(start_writer(sock, w))
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait()
+        ok = True
+    finally:
+        d.cleanup(ok)
+    for p in (base, top):
+        run(['qemu-img', 'check', p], ok=(0, 3))  # 3: leaks only
+    qemu_io(ref, w)
+    run(['qemu-img', 'compare', '-q', '-f', 'qcow2', '-F', 'qcow2', ref, top])
 
 
 def main():
