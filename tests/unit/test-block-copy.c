@@ -188,6 +188,44 @@ static void test_cbw_filter(void **state)
 	free(buf);
 }
 
+/* A copy that fails: break-guest-write fails the guest's write and leaves
+ * the source as it was; break-snapshot gives the target up and lets the
+ * write (and every later one) go. */
+static void test_cbw_errors(void **state)
+{
+	struct blk_node *src = test_open("driver=ram,ram-size=1M"), *tgt, *cbw;
+	uint8_t buf[4096];
+	struct bcopy *bc;
+
+	(void)state;
+	memset(buf, 0xa1, sizeof(buf));
+	assert_int_equal(blk_pwrite(src, 0, buf, sizeof(buf), 0), 0);
+	ram_cfg.fail_op = BLK_OP_WRITE;
+	ram_cfg.fail_ret = -EIO;
+	tgt = test_open("driver=ram,ram-size=1M");
+	ram_reset_config();
+	cbw = open_cbw(src, tgt, "");
+	memset(buf, 0xb2, sizeof(buf));
+	assert_int_equal(blk_pwrite(cbw, 0, buf, sizeof(buf), 0), -EIO);
+	assert_int_equal(blk_pread(src, 0, buf, sizeof(buf)), 0);
+	assert_true(all_bytes(buf, sizeof(buf), 0xa1));
+	bc = cbw_copy_state(cbw);
+	assert_int_equal(bcopy_remaining(bc), 1u << 20); /* still to copy */
+	blk_close(cbw);
+	cbw = open_cbw(src, tgt, "on-cbw-error=break-snapshot");
+	memset(buf, 0xc3, sizeof(buf));
+	assert_int_equal(blk_pwrite(cbw, 0, buf, sizeof(buf), 0), 0);
+	bc = cbw_copy_state(cbw);
+	assert_true(bc->broken);
+	assert_int_equal(bc->error, -EIO);
+	assert_int_equal(blk_pwrite(cbw, 8192, buf, sizeof(buf), 0), 0);
+	assert_int_equal(blk_pread(src, 8192, buf, sizeof(buf)), 0);
+	assert_true(all_bytes(buf, sizeof(buf), 0xc3));
+	blk_close(cbw);
+	blk_close(src);
+	blk_close(tgt);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -195,6 +233,7 @@ int main(void)
 		cmocka_unit_test(test_claim_in_waits),
 		cmocka_unit_test(test_write_blocking),
 		RAM_TEST(test_cbw_filter),
+		RAM_TEST(test_cbw_errors),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
