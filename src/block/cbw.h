@@ -18,7 +18,7 @@ struct bcopy *cbw_copy_state(struct blk_node *bs);
 struct blk_dirty_bitmap;
 void cbw_set_successor(struct blk_node *bs, struct blk_dirty_bitmap *succ);
 
-/* A mirror-top node (driver "mirror-top", on `file` = the source) records
+/* A mirror-top node (driver "mirror_top" as QEMU names it, on `file` = the source) records
  * every write in bc once it is done (bcopy_mark); write_blocking: a write
  * goes to source and bc->target before it is acknowledged, waiting for any
  * copy in flight over it. Set before the node serves; bc outlives it. */

@@ -211,7 +211,7 @@ static bool mtop_can_mc(struct blk_node *bs)
 }
 
 const struct blk_driver blk_drv_mirror_top = {
-	.name = "mirror-top",
+	.name = "mirror_top", /* QEMU's name, as query-named-block-nodes shows it */
 	.is_format = true,
 	.open = mtop_open,
 	.close = mtop_close,

@@ -377,7 +377,7 @@ static int pre_filter_insert(struct mirror_pre *pre, const struct mirror_params 
 	int ret;
 
 	blk_ref(src, NULL); /* the filter's `file` link takes it over */
-	ret = blk_open_node("mirror-top", src, NULL, 0, &o, &f, err, errlen);
+	ret = blk_open_node("mirror_top", src, NULL, 0, &o, &f, err, errlen);
 	kv_free(&o);
 	if (ret)
 		return ret;
