@@ -9,7 +9,7 @@
 #      into the base) of a --size chain (base and middle layer full, top 1%), without
 #      load and with fio 4 KiB randwrite at depth 16 on the top's NBD export: the time
 #      from the command to BLOCK_JOB_COMPLETED, best of --runs, and fio's IOPS during
-#      the job. Target: time <= 0.7x qsd.                            [row3_stream_commit]
+#      the job and the daemon's CPU seconds. Target: time <= 0.7x qsd.  [row3_stream_commit]
 #
 #   bench/compare-jobs.sh [--size SIZE] [--runs N] [--rows LIST] [--quick]
 #     --size 2G (default), --runs 3, --rows 1,2,3 (which rows), --quick: 128M, 1 run
@@ -53,10 +53,11 @@ cleanup() { rm -rf "$tmp"; }
 trap cleanup EXIT
 
 # One timed job: the daemon (ioplane or qsd) serves the top of the chain in $tmp/run
-# over NBD, fio optionally writes to it, the job runs to its end. ioplane's export is
+# over NBD, fio optionally writes to it, the job runs to its end. Prints "SECONDS IOPS
+# CPU": the job's time, fio's IOPS during it (0 without load), the daemon's CPU seconds
+# (all threads, /proc) meanwhile. ioplane's export is
 # on an iothread; qsd's stays in its main loop: qsd 7.2 aborts (blockdev-nbd.c:62,
 # nbd_blockdev_client_closed) when an NBD client of an iothread export goes.
-# Prints "SECONDS IOPS" (IOPS 0 without load).
 cat >"$tmp/job.py" <<'PY'
 import json, os, socket, subprocess, sys, time
 kind, job, load, d = sys.argv[1], sys.argv[2], sys.argv[3] == 'fio', sys.argv[4]
@@ -100,7 +101,18 @@ try:
                                 '--size=%d' % (os.path.getsize(d + '/size')),
                                 '--output-format=json'], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
-        time.sleep(1)
+        # fio connected and writing before the job starts.
+        for _ in range(1000):
+            st = cmd('query-blockstats', {'query-nodes': True})['return']
+            if any(x['stats']['wr_operations'] for x in st) or fio.poll() is not None:
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)
+    def cpu():  # the daemon's utime + stime, every thread, in seconds
+        with open('/proc/%d/stat' % p.pid) as st:
+            v = st.read().rsplit(')', 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf('SC_CLK_TCK')
+    c0 = cpu()
     t0 = time.monotonic()
     if job == 'stream':
         r = cmd('block-stream', {'job-id': 'j', 'device': 'top'})
@@ -113,6 +125,7 @@ try:
         if m.get('event') == 'BLOCK_JOB_COMPLETED':
             break
     t = time.monotonic() - t0
+    used = cpu() - c0
     iops = 0
     if fio:
         fio.send_signal(2)
@@ -120,7 +133,7 @@ try:
         iops = json.loads(out[out.index('{'):])['jobs'][0]['write']['iops']
     if 'error' in m['data']:
         sys.exit('%s %s: %s' % (kind, job, m['data']['error']))
-    print('%.3f %.0f' % (t, iops))
+    print('%.3f %.0f %.2f' % (t, iops, used))
     cmd('quit')
     p.wait(timeout=60)
 finally:
@@ -152,7 +165,7 @@ fresh_chain() {
 	truncate -s "$bytes" "$r/size"
 }
 
-# Best (lowest) time of --runs for KIND JOB LOAD: "SECONDS IOPS".
+# Best (lowest) time of --runs for KIND JOB LOAD: "SECONDS IOPS CPU".
 best_of() {
 	local best= line
 	for _ in $(seq "$runs"); do
@@ -335,14 +348,18 @@ row2_backup() {
 row3_stream_commit() {
 	local job load io qs
 	make_chain
-	printf '%-30s %10s %10s %8s %10s %10s\n' "row 3 ($size chain)" "ioplane s" "qsd s" \
-		"ratio" "fio io" "fio qsd"
+	local -a a b
+	printf '%-22s %9s %9s %6s %9s %9s %7s %7s\n' "row 3 ($size chain)" "ioplane s" "qsd s" \
+		"ratio" "fio io" "fio qsd" "cpu io" "cpu qsd"
 	for load in none fio; do
 		for job in stream commit; do
 			io=$(best_of ioplane $job $load) || return 1
 			qs=$(best_of qsd $job $load) || return 1
-			printf '%-30s %10s %10s %8s %10s %10s\n' "$job, load $load" "${io%% *}" \
-				"${qs%% *}" "$(ratio "${io%% *}" "${qs%% *}")" "${io##* }" "${qs##* }"
+			read -ra a <<<"$io"
+			read -ra b <<<"$qs"
+			printf '%-22s %9s %9s %6s %9s %9s %7s %7s\n' "$job, load $load" "${a[0]}" \
+				"${b[0]}" "$(ratio "${a[0]}" "${b[0]}")" "${a[1]}" "${b[1]}" "${a[2]}" \
+				"${b[2]}"
 		done
 	done
 	echo "row 3 target: time ratio <= 0.70 (ioplane / qsd), with and without load"

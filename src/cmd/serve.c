@@ -53,8 +53,7 @@
 static void serve_usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--daemonize] "
-		"[--max-connections N]\n"
+		"Usage: ioplane serve [--iothreads N] [--pidfile FILE] [--daemonize] [--max-connections N]\n"
 		"         [--max-request-memory SIZE] [--log-file FILE] [--run-with user=NAME]\n"
 		"         --image ID,file=PATH[,format=raw|qcow2][,cache=none|writeback]\n"
 		"               [,aio=io_uring|native|threads][,read-only=on]\n"
@@ -70,12 +69,9 @@ static void serve_usage(FILE *f)
 		"               [,logical-block-size=512|4096][,serial=TEXT][,mode=OCTAL]\n"
 		"               [,user=U][,group=G][,id=ID]\n"
 		"         --monitor unix=PATH[,mode=OCTAL][,user=U][,group=G][,pretty=on]\n"
-		"         --metrics "
-		"unix=PATH[,mode=OCTAL][,user=U][,group=G]|tcp=127.0.0.1:PORT[,public=on]\n"
-		"         --chardev socket,id=ID,path=PATH,server=on[,wait=off] --monitor "
-		"[chardev=]ID\n"
-		"         --object iothread,id=ID[,poll-max-ns=NS]   --nbd-server "
-		"addr.type=unix,addr.path=P\n"
+		"         --metrics unix=PATH[,mode=OCTAL][,user=U][,group=G]|tcp=127.0.0.1:PORT[,public=on]\n"
+		"         --chardev socket,id=ID,path=PATH,server=on[,wait=off] --monitor [chardev=]ID\n"
+		"         --object iothread,id=ID[,poll-max-ns=NS]   --nbd-server addr.type=unix,addr.path=P\n"
 		"         --object secret,id=ID,data=TEXT|file=PATH[,format=raw|base64]\n"
 		"         --blockdev driver=DRIVER,node-name=NODE[,...]\n"
 		"         --export type=nbd|vhost-user-blk,id=ID,node-name=NODE[,...]\n"
@@ -108,15 +104,13 @@ static void serve_usage(FILE *f)
 		"                         cloud-hypervisor) on a unix socket, one front-end at a\n"
 		"                         time; num-queues defaults to the CPU count; read-only\n"
 		"                         unless writable=on (several allowed)\n"
-		"  --monitor SPEC         a QMP monitor (qemu-storage-daemon's commands) on a "
-		"unix\n"
+		"  --monitor SPEC         a QMP monitor (qemu-storage-daemon's commands) on a unix\n"
 		"                         socket, mode 0600 unless mode= says otherwise; several\n"
 		"                         clients at once; fd=N serves a socket passed in instead\n"
 		"  --metrics SPEC         serve Prometheus metrics (HTTP GET /metrics) on a unix\n"
 		"                         socket (mode 0600 unless mode=) or a loopback TCP\n"
 		"                         address (public=on: any address)\n"
-		"  --chardev SPEC         qemu-storage-daemon's form: a socket (path= or fd=) "
-		"that\n"
+		"  --chardev SPEC         qemu-storage-daemon's form: a socket (path= or fd=) that\n"
 		"                         --monitor chardev=ID serves\n"
 		"  --object SPEC          qemu-storage-daemon's (object-add's arguments): a named\n"
 		"                         iothread that exports name with iothread=ID; a secret\n"
@@ -125,8 +119,7 @@ static void serve_usage(FILE *f)
 		"                         or authz-list for --nbd-server; a\n"
 		"                         throttle-group,id=ID,limits.iops-total=N,...\n"
 		"  --blockdev SPEC        qemu-storage-daemon's: a block node (blockdev-add's\n"
-		"                         arguments: file, raw, qcow2, null-co, throttle, rbd, "
-		"nbd;\n"
+		"                         arguments: file, raw, qcow2, null-co, throttle, rbd, nbd;\n"
 		"                         keyval or JSON)\n"
 		"  --nbd-server SPEC      qemu-storage-daemon's NBD server (nbd-server-start's\n"
 		"                         arguments: addr.type=unix|inet|fd, max-connections=N,\n"
@@ -149,8 +142,7 @@ static void serve_usage(FILE *f)
 		"                         is locked for the daemon's life (a second instance\n"
 		"                         on it is refused) and removed at exit; it must be a\n"
 		"                         regular file (a FIFO or device there is refused)\n"
-		"  --log-file FILE        log there (appending) instead of stderr; SIGHUP reopens "
-		"it\n"
+		"  --log-file FILE        log there (appending) instead of stderr; SIGHUP reopens it\n"
 		"  --run-with user=NAME   once every socket listens, switch to NAME's user and\n"
 		"                         groups (root only; images are open already)\n"
 		"  --daemonize            run in the background: the command returns (exit 0)\n"
@@ -232,15 +224,13 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'M':
 		if (parse_size(arg, &sv->request_memory) < 0 || sv->request_memory < (1u << 20))
 			return usage_error("--max-request-memory: expected a size of 1M or more, "
-					   "not '%s'",
-					   arg);
+					   "not '%s'", arg);
 		return -1;
 	case 'P': {
 		uint64_t v;
 
 		if (parse_u64(arg, &v) < 0 || v > 1000000000)
-			return usage_error("--poll-max-ns: expected 0..1000000000 ns, not '%s'",
-					   arg);
+			return usage_error("--poll-max-ns: expected 0..1000000000 ns, not '%s'", arg);
 		sv->poll_max_ns = (int64_t)v;
 		return -1;
 	}
@@ -276,12 +266,8 @@ static int serve_opt(struct serve *sv, int c, const char *arg)
 	case 'E':
 	case 'N':
 	case 'B':
-		return serve_qsd_opt(&sv->qsd,
-				     c == 'O'   ? "object"
-				     : c == 'E' ? "export"
-				     : c == 'N' ? "nbd-server"
-						: "blockdev",
-				     arg);
+		return serve_qsd_opt(&sv->qsd, c == 'O' ? "object" : c == 'E' ? "export" :
+					       c == 'N' ? "nbd-server" : "blockdev", arg);
 	case 'v':
 		log_set_level(LOG_DEBUG);
 		return -1;
@@ -318,9 +304,8 @@ static int serve_parse(struct serve *sv, int argc, char **argv)
 		return usage_error("unexpected argument '%s'", argv[optind]);
 	if (!sv->nnbd && !sv->nvhost && !serve_monitor_count(sv->monitors) &&
 	    !serve_qsd_count(sv->qsd))
-		return usage_error("%s",
-				   "nothing to serve: give at least one --nbd, --vhost-user-blk, "
-				   "--export, --nbd-server or --monitor");
+		return usage_error("%s", "nothing to serve: give at least one --nbd, --vhost-user-blk, "
+					 "--export, --nbd-server or --monitor");
 	if (!sv->niothreads) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
 
@@ -357,19 +342,15 @@ static int image_probe(struct kv_opts *o, struct serve_image *img, const char *f
 		return ret == -EINVAL ? EXIT_USAGE : 1;
 	}
 	if (!strcmp(fmt, "qcow2")) {
-		fprintf(stderr,
-			"ioplane serve: --image %s: '%s' is a qcow2 image; formats other "
+		fprintf(stderr, "ioplane serve: --image %s: '%s' is a qcow2 image; formats other "
 			"than raw are never guessed: give format=qcow2 (or format=raw to serve "
-			"its bytes as they are)\n",
-			img->id, file);
+			"its bytes as they are)\n", img->id, file);
 		return EXIT_USAGE;
 	}
 	if (strcmp(fmt, "raw")) {
-		fprintf(stderr,
-			"ioplane serve: --image %s: '%s' is a %s image, a format ioplane "
+		fprintf(stderr, "ioplane serve: --image %s: '%s' is a %s image, a format ioplane "
 			"does not open (qemu-img convert -O qcow2 can convert it; format=raw "
-			"serves its bytes as they are)\n",
-			img->id, file, fmt);
+			"serves its bytes as they are)\n", img->id, file, fmt);
 		return EXIT_USAGE;
 	}
 	return kv_set(o, "format", "raw") || kv_set(o, "x-probed", "on") ? 1 : -1;
@@ -603,8 +584,8 @@ static int add_export(struct serve *sv, struct serve_nbd *n, unsigned idx)
 		snprintf(id, sizeof(id), "%s", kv_get(&n->o, "id"));
 	else
 		qmp_export_make_id(name, "nbd", id, sizeof(id));
-	args = json_pack("{s:s,s:s,s:s,s:s,s:b}", "type", "nbd", "id", id, "node-name", n->img->id,
-			 "name", name, "writable", w);
+	args = json_pack("{s:s,s:s,s:s,s:s,s:b}", "type", "nbd", "id", id, "node-name",
+			 n->img->id, "name", name, "writable", w);
 	if (args && desc)
 		json_object_set_new(args, "description", json_string(desc));
 	ret = args ? qmp_export_add(args, &x, sv->err, sizeof(sv->err)) : -ENOMEM;
@@ -669,10 +650,8 @@ static struct serve_nbd *first_at_addr(struct serve *sv, struct serve_nbd *n)
 
 static int nbd_server_for(struct serve *sv, struct serve_nbd *n)
 {
-	struct nbd_server_config cfg = {.main_loop = sv->main_loop,
-					.loops = sv->loops,
-					.nloops = sv->nthreads,
-					.max_connections = sv->max_conns,
+	struct nbd_server_config cfg = {.main_loop = sv->main_loop, .loops = sv->loops,
+					.nloops = sv->nthreads, .max_connections = sv->max_conns,
 					.budget = sv->budget};
 	struct serve_nbd *first = first_at_addr(sv, n);
 
@@ -783,7 +762,7 @@ static void serve_teardown(struct serve *sv, int *status)
 	serve_qsd_free(sv->qsd);
 	sv->qsd = NULL;
 	close_images(sv, status);
-	qmp_block_close_all();     /* the nodes of blockdev-add */
+	qmp_block_close_all(); /* the nodes of blockdev-add */
 	throttle_group_free_all(); /* no throttle node is left */
 	serve_close_signals(sv);
 	pidfile_release(&sv->pf);
@@ -811,12 +790,9 @@ static struct blk_node *export_find_node(void *ctx, const char *name, enum nbd_d
 /* What QMP and the qsd options build exports and objects on. */
 static int setup_control(struct serve *sv)
 {
-	struct qmp_export_env env = {.main_loop = sv->main_loop,
-				     .loops = sv->loops,
-				     .nloops = sv->nthreads,
-				     .nbd_max_connections = sv->max_conns,
-				     .find_node = export_find_node,
-				     .ctx = sv};
+	struct qmp_export_env env = {.main_loop = sv->main_loop, .loops = sv->loops,
+				     .nloops = sv->nthreads, .nbd_max_connections = sv->max_conns,
+				     .find_node = export_find_node, .ctx = sv};
 	int ret;
 
 	if (nbd_budget_new(sv->request_memory, &sv->budget) < 0)
@@ -906,9 +882,8 @@ static int serve_run(struct serve *sv, const sigset_t *set)
 	if (status < 0)
 		status = serve_monitor_start(sv->monitors, sv->main_loop);
 	if (status < 0 && sv->metrics)
-		status = serve_metrics_start(
-			sv->metrics, sv->main_loop,
-			svc_listen_take("metrics", serve_metrics_path(sv->metrics)));
+		status = serve_metrics_start(sv->metrics, sv->main_loop,
+					     svc_listen_take("metrics", serve_metrics_path(sv->metrics)));
 	if (status < 0)
 		status = go_live(sv);
 	if (status < 0) {
@@ -929,7 +904,7 @@ static int serve_early(struct serve *sv)
 	/* --daemonize: start-up errors go to the caller's stderr, the log to
 	 * the file once the daemon is ready; the file is only checked now. */
 	ret = sv->log_file && sv->daemonize ? log_check_file(sv->log_file)
-	      : sv->log_file                ? log_open_file(sv->log_file)
+		: sv->log_file		    ? log_open_file(sv->log_file)
 					    : 0;
 	if (ret < 0) {
 		fprintf(stderr, "ioplane serve: --log-file %s: %s\n", sv->log_file, strerror(-ret));

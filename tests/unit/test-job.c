@@ -2,12 +2,15 @@
  * the names QMP uses, and the life of a job with a test driver run by a
  * real iothread - completion, pause and resume, cancel, manual finalize
  * and dismiss, a failing prepare, and the "stop" error action - checked
- * through the events and the order of the driver's hooks.
+ * through the events and the order of the driver's hooks; and the write
+ * guard: a lock waits for the guest writes in flight, an overlapping guest
+ * write waits for the unlock, others pass.
  * Threading: the test is the main thread; run() runs on one iothread. */
 #include <stdatomic.h>
 #include <string.h>
 
 #include "blk-test-ram.h"
+#include "block/graph.h"
 #include "block/job.h"
 #include "loop/iothread.h"
 
@@ -429,6 +432,110 @@ static void test_ids(void **state)
 	expect_states("CN");
 }
 
+/* ---- the write guard ---------------------------------------------------------------- */
+
+static struct job_guard *guard;
+static atomic_int guard_phase; /* run(): 1 lock asked, 2 locked, 3 may unlock, 4 unlocked */
+
+static int g_run(struct job *job)
+{
+	(void)job;
+	atomic_store(&guard_phase, 1);
+	job_guard_lock(guard, 0, 65536);
+	atomic_store(&guard_phase, 2);
+	for (unsigned i = 0; i < 20000 && atomic_load(&guard_phase) != 3; i++)
+		job_sleep(job, 500000);
+	job_guard_unlock(guard, 0, 65536);
+	atomic_store(&guard_phase, 4);
+	return 0;
+}
+
+static const struct job_driver gdrv = {.type = "stream", .size = sizeof(struct job), .run = g_run};
+
+static bool phase_is(void *want_phase)
+{
+	return atomic_load(&guard_phase) == *(int *)want_phase;
+}
+
+static bool req_done(void *t)
+{
+	return ((struct test_req *)t)->calls > 0;
+}
+
+static void test_guard(void **state)
+{
+	struct env *e = *state;
+	struct job_opts o = JOB_OPTS_INIT;
+	struct test_req inflight, held, other;
+	static uint8_t a[4096], b[4096], c[4096];
+	struct blk_node *bs, *f;
+	struct ram_dev *d;
+	struct job *j;
+	char err[256];
+	int ph;
+
+	assert_int_equal(ram_register(), 0);
+	ram_cfg.hold = true;
+	bs = test_open("driver=ram,ram-size=1M");
+	ram_reset_config();
+	d = bs->opaque;
+	assert_int_equal(job_guard_insert(bs, "g0", &guard, err, sizeof(err)), 0);
+	f = job_guard_node(guard);
+	assert_ptr_equal(f->next, bs);
+	/* A guest write in flight (held by the device) when the job asks for its lock. */
+	memset(a, 0x11, sizeof(a));
+	test_req_init(&inflight, BLK_OP_WRITE, 4096, a, sizeof(a), 0, NULL);
+	assert_int_equal(blk_submit(f, &inflight.req), 0);
+	assert_int_equal(d->npending, 1);
+	o.id = "g";
+	assert_int_equal(job_create(&gdrv, &o, &j, err, sizeof(err)), 0);
+	job_start(j);
+	ph = 1;
+	wait_for(e, phase_is, &ph);
+	for (int i = 0; i < 50; i++) {
+		loop_run_once(e->main, false);
+		usleep(1000);
+	}
+	assert_int_equal(atomic_load(&guard_phase), 1); /* waits for the write in flight */
+	assert_true(ram_complete_one(d));
+	wait_for(e, req_done, &inflight);
+	ph = 2;
+	wait_for(e, phase_is, &ph);
+	/* Locked: an overlapping write waits in the guard, another one goes on. */
+	memset(b, 0x22, sizeof(b));
+	memset(c, 0x33, sizeof(c));
+	test_req_init(&held, BLK_OP_WRITE, 8192, b, sizeof(b), 0, NULL);
+	test_req_init(&other, BLK_OP_WRITE, 131072, c, sizeof(c), 0, NULL);
+	assert_int_equal(blk_submit(f, &held.req), 0);
+	assert_int_equal(blk_submit(f, &other.req), 0);
+	for (int i = 0; i < 50; i++) {
+		loop_run_once(e->main, false);
+		usleep(1000);
+	}
+	assert_int_equal(d->npending, 1); /* only `other` reached the device */
+	assert_true(ram_complete_one(d));
+	wait_for(e, req_done, &other);
+	assert_int_equal(held.calls, 0);
+	/* Unlocked: the held write goes to the device and completes. */
+	atomic_store(&guard_phase, 3);
+	ph = 4;
+	wait_for(e, phase_is, &ph);
+	for (unsigned i = 0; i < WAIT_ROUNDS && d->npending == 0; i++) {
+		loop_run_once(e->main, false);
+		usleep(500);
+	}
+	assert_int_equal(d->npending, 1);
+	assert_true(ram_complete_one(d));
+	wait_for(e, req_done, &held);
+	assert_int_equal(held.ret, 0);
+	assert_true(all_bytes(d->ram.data + 8192, 4096, 0x22));
+	assert_true(all_bytes(d->ram.data + 4096, 4096, 0x11));
+	wait_for(e, gone, "g");
+	job_guard_remove(guard);
+	assert_null(blk_graph_find("g0"));
+	blk_close(bs);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -443,6 +550,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_manual, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prepare_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_error_stop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_guard, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
