@@ -10,7 +10,7 @@
 # once `clang-format-14 -i` has been run on it.
 pending=(
 	src/cmd/bench-vhost-conn.c src/cmd/bench-vhost.c src/cmd/bench-vhost.h src/cmd/bench.c
-	src/cmd/main.c src/cmd/pidfile.h
+	src/cmd/main.c src/cmd/pidfile.h src/cmd/serve.c
 )
 
 cf=
