@@ -40,6 +40,7 @@ struct cbw_write {
 	struct blk_node *bs;
 	struct blk_request *req;
 	struct bcopy_op op;
+	size_t cap; /* bytes of op.buf */
 	struct bcopy_waiter w;
 	struct loop_msg msg;
 };
@@ -109,6 +110,25 @@ static void cbw_wake(struct bcopy_waiter *w)
 
 /* Copy the next claimed run, wait, or let the write go (completion
  * context). */
+/* Copy the claimed range, with a buffer of its size (a guest write claims
+ * a granule or a few: no 1 MiB buffer per write). 0, or -errno with the
+ * range ended. */
+static int cbw_copy_start(struct cbw_write *cw)
+{
+	size_t len = cw->op.r.hi - cw->op.r.lo;
+
+	if (len > cw->cap) {
+		free(cw->op.buf);
+		cw->op.buf = blk_alloc_buf(cw->bs, len);
+		cw->cap = cw->op.buf ? len : 0;
+		if (!cw->op.buf) {
+			bcopy_end(cw->op.s, &cw->op.r, -ENOMEM);
+			return -ENOMEM;
+		}
+	}
+	return bcopy_op_start(&cw->op);
+}
+
 static void cbw_step(struct cbw_write *cw)
 {
 	struct cbw_state *s = cw->bs->opaque;
@@ -121,7 +141,7 @@ static void cbw_step(struct cbw_write *cw)
 		cbw_go(cw, 0);
 		return;
 	}
-	ret = bcopy_op_start(&cw->op);
+	ret = cbw_copy_start(cw);
 	if (ret)
 		cbw_copied(&cw->op, ret);
 }
@@ -133,11 +153,6 @@ static struct cbw_write *cbw_write_new(struct blk_node *bs, struct blk_request *
 
 	if (!cw)
 		return NULL;
-	cw->op.buf = blk_alloc_buf(bs, CBW_CHUNK < s->bc.size ? CBW_CHUNK : s->bc.size);
-	if (!cw->op.buf) {
-		free(cw);
-		return NULL;
-	}
 	cw->bs = bs;
 	cw->req = req;
 	cw->op.s = &s->bc;
@@ -167,7 +182,7 @@ static int cbw_intercept(struct blk_node *bs, struct blk_request *req)
 		cbw_write_free(cw);
 		return blk_forward(bs, req);
 	}
-	ret = bcopy_op_start(&cw->op);
+	ret = cbw_copy_start(cw);
 	if (ret == 0)
 		return 0;
 	if (s->break_snapshot) {
