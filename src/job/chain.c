@@ -118,6 +118,25 @@ int chain_relink(struct blk_node *overlay, struct blk_node *base, const char *ba
 	return ret;
 }
 
+int chain_perm_take(struct chain_perm *p, struct blk_node *bs, uint32_t add, uint32_t unshare,
+		    char *err, size_t errlen)
+{
+	int ret;
+
+	*p = (struct chain_perm){.bs = bs, .perm = bs->user_perm, .shared = bs->user_shared};
+	ret = blk_set_perm(bs, p->perm | add, p->shared & ~unshare, err, errlen);
+	p->taken = ret == 0;
+	p->users = blk_user_count(bs);
+	return ret;
+}
+
+void chain_perm_drop(struct chain_perm *p)
+{
+	if (p->taken && blk_user_count(p->bs) == p->users)
+		blk_set_perm(p->bs, p->perm, p->shared, NULL, 0); /* fewer: cannot fail */
+	p->taken = false;
+}
+
 /* ---- what the two jobs share ------------------------------------------------------ */
 
 int chain_run(struct job *job, struct job_copy *c, uint64_t size, chain_range_fn *range)

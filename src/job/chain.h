@@ -38,6 +38,21 @@ int chain_busy(struct blk_node *top, struct blk_node *end, char *err, size_t err
 int chain_relink(struct blk_node *overlay, struct blk_node *base, const char *backing_file,
 		 char *err, size_t errlen);
 
+/* The permissions a job adds to a node's users' (user_perm/user_shared
+ * hold every user of a node together): taken at set-up, given back at the
+ * end. When users came or went meanwhile (an export added to the node),
+ * the end keeps what is held rather than drop what a new user may need. */
+struct chain_perm {
+	struct blk_node *bs;
+	uint32_t perm, shared; /* the users' before */
+	unsigned users;        /* blk_user_count() once taken */
+	bool taken;
+};
+/* Main thread. 0, or -errno with the permission conflict's message. */
+int chain_perm_take(struct chain_perm *p, struct blk_node *bs, uint32_t add, uint32_t unshare,
+		    char *err, size_t errlen);
+void chain_perm_drop(struct chain_perm *p);
+
 /* ---- what the two jobs share ----------------------------------------------- */
 
 /* run()'s walk over [0, size) (job loop): range() handles the stretch at off

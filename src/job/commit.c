@@ -39,9 +39,8 @@ struct commit_job {
 	struct blk_node *top, *base, *overlay;
 	char *backing_file;
 	enum job_error_policy on_error;
-	bool base_made_rw;               /* main: base was read-only before */
-	bool perm_taken;                 /* main: base_perm/base_shared saved */
-	uint32_t base_perm, base_shared; /* base's users' permissions before */
+	bool base_made_rw;      /* main: base was read-only before */
+	struct chain_perm perm; /* main: write on base, shared with nobody */
 };
 
 static int commit_range(struct job *job, struct job_copy *c, uint64_t off, uint64_t *n)
@@ -89,11 +88,10 @@ static void commit_clean(struct job *job)
 	struct commit_job *s = (struct commit_job *)job;
 	char err[256];
 
-	if (s->perm_taken)
-		blk_set_perm(s->base, s->base_perm, s->base_shared, NULL, 0);
+	chain_perm_drop(&s->perm);
 	if (s->base_made_rw && blk_set_backing_read_only(s->base, true, err, sizeof(err)))
 		log_warn("commit: %s", err); /* stays writable: still correct */
-	s->base_made_rw = s->perm_taken = false;
+	s->base_made_rw = false;
 }
 
 static void commit_free(struct job *job)
@@ -254,12 +252,9 @@ static int commit_setup(struct commit_job *s, json_t *a, char *err, size_t errle
 	}
 	if (ret)
 		return ret;
-	s->base_perm = s->base->user_perm;
-	s->base_shared = s->base->user_shared;
-	s->perm_taken = true;
 	job_progress_set_total(&s->job, s->top->size);
-	return blk_set_perm(s->base, s->base_perm | BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE,
-			    s->base_shared & ~BLK_PERM_WRITE, err, errlen);
+	return chain_perm_take(&s->perm, s->base, BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE,
+			       BLK_PERM_WRITE, err, errlen);
 }
 
 static void cmd_block_commit(struct qmp_req *req, json_t *a)

@@ -32,9 +32,8 @@ struct stream_job {
 	struct blk_node *top, *base;
 	char *backing_file; /* for the header; NULL: base's file name */
 	enum job_error_policy on_error;
-	struct job_guard *guard;           /* main: inserted at start, removed in clean */
-	bool perm_taken;                   /* main: saved_perm/saved_shared hold */
-	uint32_t saved_perm, saved_shared; /* top's users' permissions before */
+	struct job_guard *guard; /* main: inserted at start, removed in clean */
+	struct chain_perm perm;  /* main: write on top */
 };
 
 /* Job loop: copy what the chain between top and base has and top has not. */
@@ -82,9 +81,7 @@ static void stream_clean(struct job *job)
 {
 	struct stream_job *s = (struct stream_job *)job;
 
-	if (s->perm_taken) /* fewer: cannot fail */
-		blk_set_perm(s->top, s->saved_perm, s->saved_shared, NULL, 0);
-	s->perm_taken = false;
+	chain_perm_drop(&s->perm);
 	if (s->guard)
 		job_guard_remove(s->guard);
 	s->guard = NULL;
@@ -203,12 +200,9 @@ static int stream_setup(struct stream_job *s, json_t *a, char *err, size_t errle
 				       errlen);
 	if (ret)
 		return ret;
-	s->saved_perm = s->top->user_perm;
-	s->saved_shared = s->top->user_shared;
-	s->perm_taken = true;
 	job_progress_set_total(&s->job, s->top->size);
-	return blk_set_perm(s->top, s->top->user_perm | BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE,
-			    s->top->user_shared, err, errlen);
+	return chain_perm_take(&s->perm, s->top, BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE, 0, err,
+			       errlen);
 }
 
 static void cmd_block_stream(struct qmp_req *req, json_t *a)
