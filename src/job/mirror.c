@@ -55,8 +55,8 @@ struct mirror_job {
 	bool soft; /* main: a soft cancel, no switch-over */
 	/* Main. */
 	bool switched; /* the target took the filter's place */
-	bool perm_taken, base_made_rw;
-	uint32_t saved_perm, saved_shared; /* the target's users', before */
+	bool base_made_rw;
+	struct chain_perm tperm; /* what the job holds of the target */
 };
 
 /* ---- job loop ---------------------------------------------------------------- */
@@ -204,9 +204,7 @@ static int mirror_converge(struct mirror_job *s)
 /* Give the target back its users' permissions (the job's go). */
 static void mirror_drop_perm(struct mirror_job *s)
 {
-	if (s->perm_taken)
-		blk_set_perm(s->target, s->saved_perm, s->saved_shared, NULL, 0);
-	s->perm_taken = false;
+	chain_perm_drop(&s->tperm);
 }
 
 static int mirror_switch(struct mirror_job *s, char *err, size_t errlen)
@@ -442,12 +440,8 @@ static int mirror_take_target(struct mirror_job *s, char *err, size_t errlen)
 			return ret;
 		s->base_made_rw = true;
 	}
-	s->saved_perm = t->user_perm;
-	s->saved_shared = t->user_shared;
-	ret = blk_set_perm(t, t->user_perm | BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE,
-			   t->user_shared & ~(BLK_PERM_WRITE | BLK_PERM_RESIZE), err, errlen);
-	s->perm_taken = ret == 0;
-	return ret;
+	return chain_perm_take(&s->tperm, t, BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE,
+			       BLK_PERM_WRITE | BLK_PERM_RESIZE, err, errlen);
 }
 
 int mirror_setup(struct job *job, const struct mirror_params *p, struct mirror_pre *pre, char *err,
