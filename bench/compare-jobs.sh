@@ -183,14 +183,165 @@ best_of() {
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
-# ---- row 1: mirror (blockdev-mirror) ----
-row1_mirror() {
-	echo "row 1  mirror: not measured by this version (blockdev-mirror is not in it)"
+# ---- rows 1 and 2: mirror and backup of a full --size image ----
+# One timed copy job: the daemon serves src.qcow2 in $tmp/crun over NBD (ioplane's
+# export on an iothread, qsd's in its main loop as for row 3), fio optionally writes to
+# it; blockdev-mirror runs to BLOCK_JOB_READY (then is cancelled), blockdev-backup
+# sync=full to BLOCK_JOB_COMPLETED, each into a fresh qcow2 target.
+# Prints "SECONDS IOPS" (IOPS 0 without load): the time from the command to the event,
+# fio's IOPS over that time.
+copy_job_py() {
+	cat >"$tmp/copyjob.py" <<'PY'
+import json, os, socket, subprocess, sys, time
+kind, job, load, d = sys.argv[1], sys.argv[2], sys.argv[3] == 'fio', sys.argv[4]
+qmp, nbd = os.path.join(d, 'qmp.sock'), os.path.join(d, 'nbd.sock')
+argv = ([os.environ['IOPLANE'], 'serve', '-q'] if kind == 'ioplane'
+        else ['qemu-storage-daemon']) + [
+    '--chardev', 'socket,id=m0,path=%s,server=on,wait=off' % qmp, '--monitor', 'chardev=m0',
+    '--blockdev', 'driver=file,filename=%s/src.qcow2,node-name=sf' % d,
+    '--blockdev', 'driver=qcow2,file=sf,node-name=src',
+    '--blockdev', 'driver=file,filename=%s/tgt.qcow2,node-name=tf' % d,
+    '--blockdev', 'driver=qcow2,file=tf,node-name=tgt', '--object', 'iothread,id=io0',
+    '--nbd-server', 'addr.type=unix,addr.path=' + nbd,
+    '--export', 'type=nbd,id=e,node-name=src,writable=on' + (
+        ',iothread=io0' if kind == 'ioplane' else '')]
+log = open(os.path.join(d, kind + '.log'), 'w')
+p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+try:
+    for _ in range(1000):
+        if os.path.exists(qmp):
+            break
+        time.sleep(0.01)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(qmp)
+    f = s.makefile('rwb')
+    def recv():
+        return json.loads(f.readline())
+    def cmd(name, args=None):
+        f.write(json.dumps({'execute': name, 'arguments': args or {}}).encode() + b'\n')
+        f.flush()
+        while True:
+            m = recv()
+            if 'event' not in m:
+                return m
+    recv()
+    cmd('qmp_capabilities')
+    fio = None
+    if load:
+        fio = subprocess.Popen(['fio', '--name=load', '--ioengine=nbd',
+                                '--uri=nbd+unix:///src?socket=' + nbd, '--rw=randwrite',
+                                '--bs=4k', '--iodepth=16', '--time_based', '--runtime=3600',
+                                '--size=%d' % os.path.getsize(d + '/size'),
+                                '--output-format=json'], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+        time.sleep(1)
+    t0 = time.monotonic()
+    if job == 'mirror':
+        r = cmd('blockdev-mirror', {'job-id': 'j', 'device': 'src', 'target': 'tgt',
+                                    'sync': 'full'})
+        want = 'BLOCK_JOB_READY'
+    else:
+        r = cmd('blockdev-backup', {'job-id': 'j', 'device': 'src', 'target': 'tgt',
+                                    'sync': 'full'})
+        want = 'BLOCK_JOB_COMPLETED'
+    if 'error' in r:
+        sys.exit('%s %s: %s' % (kind, job, r['error']['desc']))
+    s.settimeout(float(os.environ.get('COPY_TIMEOUT', '600')))
+    try:
+        while True:
+            m = recv()
+            if m.get('event') in (want, 'BLOCK_JOB_COMPLETED', 'BLOCK_JOB_CANCELLED'):
+                break
+    except (socket.timeout, TimeoutError):
+        m = {'event': 'timeout'}
+    s.settimeout(None)
+    t = time.monotonic() - t0
+    iops = 0
+    if fio:
+        fio.send_signal(2)
+        out, _ = fio.communicate(timeout=60)
+        iops = json.loads(out[out.index('{'):])['jobs'][0]['write']['iops']
+    if m['event'] == 'timeout':  # never converged under the load: say so, go on
+        print('timeout %.0f' % iops)
+    elif m['event'] != want or 'error' in m.get('data', {}):
+        sys.exit('%s %s: %r' % (kind, job, m))
+    else:
+        print('%.3f %.0f' % (t, iops))
+    if job == 'mirror':
+        cmd('job-cancel', {'id': 'j'})
+    cmd('quit')
+    p.wait(timeout=120)
+finally:
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+PY
 }
 
-# ---- row 2: backup (blockdev-backup sync=full) ----
+# The source, made once: full of data.
+make_source() {
+	[ -f "$tmp/src/src.qcow2" ] && return 0
+	mkdir -p "$tmp/src"
+	qemu-img create -q -f qcow2 "$tmp/src/src.qcow2" "$bytes"
+	qemu-io -c "write -P 0x5a 0 $bytes" "$tmp/src/src.qcow2" >/dev/null
+}
+
+# Best (lowest) time of --runs for KIND JOB LOAD, each with a fresh source and target.
+best_copy() {
+	local best= line r=$tmp/crun
+	for _ in $(seq "$runs"); do
+		rm -rf "$r"
+		mkdir -p "$r"
+		cp --sparse=always "$tmp/src/src.qcow2" "$r/"
+		qemu-img create -q -f qcow2 "$r/tgt.qcow2" "$bytes"
+		truncate -s "$bytes" "$r/size"
+		line=$(IOPLANE=$IOPLANE python3 "$tmp/copyjob.py" "$1" "$2" "$3" "$r") || {
+			echo "compare-jobs: $1 $2 (load $3) failed; its log:" >&2
+			tail -20 "$r/$1.log" >&2
+			return 1
+		}
+		case $line in timeout*) [ -n "$best" ] || best=$line; continue ;; esac
+		case $best in timeout*) best= ;; esac
+		if [ -z "$best" ] || awk -v a="${line%% *}" -v b="${best%% *}" 'BEGIN { exit !(a < b) }'
+		then best=$line; fi
+	done
+	echo "$best"
+}
+
+mibps() { awk -v s="$1" -v b="$bytes" 'BEGIN { if (s > 0) printf "%.0f", b / 1048576 / s; else print "-" }'; }
+
+# ---- row 1: mirror (blockdev-mirror) ----
+row1_mirror() {
+	local load io qs
+	make_source
+	copy_job_py
+	printf '%-30s %10s %10s %8s %10s %10s %8s\n' "row 1 ($size mirror)" "ioplane s" "qsd s" \
+		"ratio" "fio io" "fio qsd" "ratio"
+	for load in none fio; do
+		io=$(best_copy ioplane mirror $load) || return 1
+		qs=$(best_copy qsd mirror $load) || return 1
+		printf '%-30s %10s %10s %8s %10s %10s %8s\n' "time to ready, load $load" "${io%% *}" \
+			"${qs%% *}" "$(ratio "${io%% *}" "${qs%% *}")" "${io##* }" "${qs##* }" \
+			"$(ratio "${io##* }" "${qs##* }")"
+	done
+	echo "row 1 target: time to ready ratio <= 0.70, fio IOPS ratio >= 1.20 (ioplane / qsd)"
+}
+
+# ---- row 2: backup (blockdev-backup sync=full to a qcow2 target) ----
 row2_backup() {
-	echo "row 2  backup: not measured by this version (blockdev-backup is not in it)"
+	local load io qs
+	make_source
+	copy_job_py
+	printf '%-30s %10s %10s %8s %10s %10s\n' "row 2 ($size backup)" "ioplane MiB/s" \
+		"qsd MiB/s" "ratio" "fio io" "fio qsd"
+	for load in none fio; do
+		io=$(best_copy ioplane backup $load) || return 1
+		qs=$(best_copy qsd backup $load) || return 1
+		printf '%-30s %10s %10s %8s %10s %10s\n' "sync=full, load $load" \
+			"$(mibps "${io%% *}")" "$(mibps "${qs%% *}")" \
+			"$(ratio "${qs%% *}" "${io%% *}")" "${io##* }" "${qs##* }"
+	done
+	echo "row 2 target: throughput ratio >= 1.30 (ioplane / qsd)"
 }
 
 # ---- row 3: stream and commit of a chain ----

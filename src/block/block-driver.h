@@ -70,13 +70,15 @@ struct blk_driver {
 
 /* Built-in drivers (one file or folder each), registered by
  * blk_register_builtin_drivers(). */
-extern const struct blk_driver blk_drv_null;     /* null.c */
-extern const struct blk_driver blk_drv_raw;      /* raw.c */
-extern const struct blk_driver blk_drv_file;     /* file.c and its engines */
-extern const struct blk_driver blk_drv_qcow2;    /* qcow2/ */
-extern const struct blk_driver blk_drv_throttle; /* throttle.c, on throttle-group.c */
-extern const struct blk_driver blk_drv_nbd;      /* nbd-client.c (libnbd) */
-extern const struct blk_driver blk_drv_rbd;      /* rbd.c (librbd) */
+extern const struct blk_driver blk_drv_null;       /* null.c */
+extern const struct blk_driver blk_drv_raw;        /* raw.c */
+extern const struct blk_driver blk_drv_file;       /* file.c and its engines */
+extern const struct blk_driver blk_drv_qcow2;      /* qcow2/ */
+extern const struct blk_driver blk_drv_throttle;   /* throttle.c, on throttle-group.c */
+extern const struct blk_driver blk_drv_nbd;        /* nbd-client.c (libnbd) */
+extern const struct blk_driver blk_drv_rbd;        /* rbd.c (librbd) */
+extern const struct blk_driver blk_drv_cbw;        /* cbw.c: copy-before-write filter */
+extern const struct blk_driver blk_drv_mirror_top; /* mirror-top.c: a mirror's filter */
 
 /* Add a driver (tests, plug-ins; main thread, start-up): -EEXIST if the
  * name is taken, -ENOSPC. */
@@ -90,9 +92,16 @@ void blk_complete(struct blk_request *req, int ret);
  * the current round. */
 void blk_complete_deferred(struct blk_request *req, int ret);
 
-/* Forward a request to bs->next without re-validation (format drivers). */
+/* A request forwarded to child skips child's checks: its dirty bitmaps are
+ * marked here instead (block.c), as the checks would have. */
+void blk_dirty_mark_forward(struct blk_node *child, const struct blk_request *req);
+
+/* Forward a request to bs->next without re-validation (format drivers,
+ * filters). A node below with dirty bitmaps still records the write. */
 static inline int blk_forward(struct blk_node *bs, struct blk_request *req)
 {
+	if (__builtin_expect(bs->next->dirty_bitmaps != NULL, 0))
+		blk_dirty_mark_forward(bs->next, req);
 	return bs->next->drv->submit(bs->next, req);
 }
 /* Same, with req->offset moved up by delta for the child; the core moves it

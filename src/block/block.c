@@ -46,8 +46,8 @@ int blk_register_driver(const struct blk_driver *drv)
 void blk_register_builtin_drivers(void)
 {
 	static const struct blk_driver *const builtin[] = {
-		&blk_drv_null,     &blk_drv_raw, &blk_drv_file, &blk_drv_qcow2,
-		&blk_drv_throttle, &blk_drv_nbd, &blk_drv_rbd,
+		&blk_drv_null, &blk_drv_raw, &blk_drv_file, &blk_drv_qcow2,      &blk_drv_throttle,
+		&blk_drv_nbd,  &blk_drv_rbd, &blk_drv_cbw,  &blk_drv_mirror_top,
 	};
 	static bool done;
 	size_t i;
@@ -105,6 +105,12 @@ blk_dirty_mark_other(struct blk_node *bs, const struct blk_request *req)
 	if (req->op == BLK_OP_WRITE_ZEROES ||
 	    (req->op == BLK_OP_DISCARD && bs->has_discard && !bs->discard_ignore))
 		blk_dirty_mark(bs, req->offset, req->len);
+}
+
+void blk_dirty_mark_forward(struct blk_node *child, const struct blk_request *req)
+{
+	if (req->op != BLK_OP_READ && req->op < BLK_OP_BLOCK_STATUS && req->offset < child->size)
+		blk_dirty_mark_req(child, req);
 }
 
 /* Read and write, the hot path: 0 and *route (the core's work: zero length,

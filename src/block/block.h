@@ -151,6 +151,7 @@ struct blk_stats {
 #define BLK_ROLE_FILE "file"           /* the node a format driver forwards to */
 #define BLK_ROLE_BACKING "backing"     /* qcow2: unallocated clusters read from here */
 #define BLK_ROLE_DATA_FILE "data-file" /* qcow2: guest data outside the image file */
+#define BLK_ROLE_TARGET "target"       /* copy-before-write: where old data goes */
 #define BLK_MAX_CHILDREN 4
 
 struct blk_child {

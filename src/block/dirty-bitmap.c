@@ -88,23 +88,32 @@ void blk_dirty_bitmaps_free(struct blk_node *bs)
 	}
 }
 
-/* Bits [b0, b1] (inclusive, b1 < nbits). */
-static void bm_set_bits(struct blk_dirty_bitmap *bm, uint64_t b0, uint64_t b1)
+/* Bits [b0, b1] (inclusive, b1 < nbits) set, or cleared. */
+static void bm_change_bits(struct blk_dirty_bitmap *bm, uint64_t b0, uint64_t b1, bool set)
 {
 	uint64_t w0 = b0 / 64, w1 = b1 / 64;
 	uint64_t m0 = ~0ull << (b0 % 64), m1 = ~0ull >> (63 - b1 % 64);
 
 	if (w0 == w1) {
-		atomic_fetch_or_explicit(&bm->words[w0], m0 & m1, memory_order_relaxed);
-		return;
+		m0 &= m1;
+	} else {
+		for (uint64_t w = w0 + 1; w < w1; w++)
+			atomic_store_explicit(&bm->words[w], set ? ~0ull : 0, memory_order_relaxed);
 	}
-	atomic_fetch_or_explicit(&bm->words[w0], m0, memory_order_relaxed);
-	for (uint64_t w = w0 + 1; w < w1; w++)
-		atomic_store_explicit(&bm->words[w], ~0ull, memory_order_relaxed);
-	atomic_fetch_or_explicit(&bm->words[w1], m1, memory_order_relaxed);
+	if (set)
+		atomic_fetch_or_explicit(&bm->words[w0], m0, memory_order_relaxed);
+	else
+		atomic_fetch_and_explicit(&bm->words[w0], ~m0, memory_order_relaxed);
+	if (w0 == w1)
+		return;
+	if (set)
+		atomic_fetch_or_explicit(&bm->words[w1], m1, memory_order_relaxed);
+	else
+		atomic_fetch_and_explicit(&bm->words[w1], ~m1, memory_order_relaxed);
 }
 
-void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len)
+/* The bits of every granule [off, off+len) touches, inside the bitmap. */
+static void bm_change(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len, bool set)
 {
 	uint64_t b0, b1;
 
@@ -114,7 +123,17 @@ void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t le
 	b1 = (off + len - 1) >> bm->gran_bits;
 	if (b1 >= bm->nbits)
 		b1 = bm->nbits - 1;
-	bm_set_bits(bm, b0, b1);
+	bm_change_bits(bm, b0, b1, set);
+}
+
+void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len)
+{
+	bm_change(bm, off, len, true);
+}
+
+void blk_dirty_bitmap_clear(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len)
+{
+	bm_change(bm, off, len, false);
 }
 
 void blk_dirty_mark_slow(struct blk_node *bs, uint64_t off, uint64_t len)

@@ -64,6 +64,10 @@ bool blk_dirty_bitmap_enable(struct blk_dirty_bitmap *bm, bool on);
 /* Set the bits covering [off, off+len) (any thread). */
 void blk_dirty_bitmap_set(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len);
 
+/* Clear the bits of every granule [off, off+len) touches (any thread;
+ * callers that race with setters say why that is harmless). */
+void blk_dirty_bitmap_clear(struct blk_dirty_bitmap *bm, uint64_t off, uint64_t len);
+
 /* Every enabled bitmap of bs, the long way (ranges of several granules). */
 void blk_dirty_mark_slow(struct blk_node *bs, uint64_t off, uint64_t len);
 

@@ -25,7 +25,7 @@
  * file driver opens as well. */
 static const struct qapi_type bd_driver =
 	QAPI_ENUM_TYPE("BlockdevDriver", "file", "host_device", "nbd", "null-co", "null", "qcow2",
-		       "raw", "rbd", "throttle");
+		       "raw", "rbd", "throttle", "copy-before-write");
 static const struct qapi_type bd_discard =
 	QAPI_ENUM_TYPE("BlockdevDiscardOptions", "ignore", "unmap");
 static const struct qapi_type bd_detect_zeroes =
@@ -62,6 +62,15 @@ static const struct qapi_type bd_throttle = QAPI_OBJECT_TYPE(
 	"BlockdevOptionsThrottle",
 	QAPI_MEMBERS(QAPI_REQ("throttle-group", &qapi_str), QAPI_REQ("file", &bd_ref)));
 
+static const struct qapi_type bd_bitmap_ref = QAPI_OBJECT_TYPE(
+	"BlockDirtyBitmap", QAPI_MEMBERS(QAPI_REQ("node", &qapi_str), QAPI_REQ("name", &qapi_str)));
+static const struct qapi_type bd_cbw_error =
+	QAPI_ENUM_TYPE("OnCbwError", "break-guest-write", "break-snapshot");
+static const struct qapi_type bd_cbw = QAPI_OBJECT_TYPE(
+	"BlockdevOptionsCbw",
+	QAPI_MEMBERS(QAPI_REQ("file", &bd_ref), QAPI_REQ("target", &bd_ref),
+		     QAPI_OPT("bitmap", &bd_bitmap_ref), QAPI_OPT("on-cbw-error", &bd_cbw_error)));
+
 const struct qapi_type qmp_blockdev_options = QAPI_UNION_TYPE(
 	"BlockdevOptions",
 	QAPI_MEMBERS(QAPI_REQ("driver", &bd_driver), QAPI_OPT("node-name", &qapi_str),
@@ -71,7 +80,7 @@ const struct qapi_type qmp_blockdev_options = QAPI_UNION_TYPE(
 		     QAPI_OPT("detect-zeroes", &bd_detect_zeroes)),
 	"driver", {"file", &bd_file}, {"host_device", &bd_file}, {"null-co", &bd_null},
 	{"null", &bd_null}, {"qcow2", &bd_qcow2}, {"raw", &bd_raw}, {"rbd", &qmp_bd_rbd},
-	{"nbd", &qmp_bd_nbd}, {"throttle", &bd_throttle});
+	{"nbd", &qmp_bd_nbd}, {"throttle", &bd_throttle}, {"copy-before-write", &bd_cbw});
 
 static const struct qapi_type del_args =
 	QAPI_OBJECT_TYPE("q_obj_blockdev-del-arg", QAPI_MEMBERS(QAPI_REQ("node-name", &qapi_str)));
@@ -82,10 +91,11 @@ static const struct qapi_type resize_args =
 
 /* ---- BlockdevOptions to key=value ------------------------------------------ */
 
-/* Drivers above a `file` child: formats, and the throttle filter. */
+/* Drivers above a `file` child: formats, and the filters. */
 static bool has_file_child(const char *drv)
 {
-	return !strcmp(drv, "raw") || !strcmp(drv, "qcow2") || !strcmp(drv, "throttle");
+	return !strcmp(drv, "raw") || !strcmp(drv, "qcow2") || !strcmp(drv, "throttle") ||
+	       !strcmp(drv, "copy-before-write");
 }
 
 /* The block layer's name for a driver. */
@@ -171,6 +181,12 @@ static int kv_driver(struct kv_opts *kv, const json_t *o, const char *drv)
 		ret = kv_int(kv, o, "l2-cache-size", "l2-cache-size");
 	} else if (!strcmp(drv, "throttle")) {
 		ret = kv_str(kv, o, "throttle-group", "throttle-group");
+	} else if (!strcmp(drv, "copy-before-write")) {
+		ret = kv_str(kv, o, "on-cbw-error", "on-cbw-error");
+		if (!ret && qapi_has(o, "bitmap"))
+			ret = kv_str(kv, qapi_get(o, "bitmap"), "node", "bitmap.node");
+		if (!ret && qapi_has(o, "bitmap"))
+			ret = kv_str(kv, qapi_get(o, "bitmap"), "name", "bitmap.name");
 	} else {
 		ret = qmp_bd_remote_kv(kv, o, drv);
 	}
@@ -276,6 +292,8 @@ static int bd_children(json_t *o, const char *drv, struct kv_opts *kv, struct bd
 	const char *path;
 	int ret = bd_child(qapi_get(o, "file"), o, &ch->file, err, errlen);
 
+	if (!ret && !strcmp(drv, "copy-before-write"))
+		return bd_extra(ch, BLK_ROLE_TARGET, qapi_get(o, "target"), o, err, errlen);
 	if (ret || strcmp(drv, "qcow2"))
 		return ret;
 	/* qcow2 finds a relative backing file name next to its image. */

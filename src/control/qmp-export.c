@@ -369,6 +369,15 @@ static int take_perm(const json_t *args, struct qexp *x, struct blk_node *bs, ch
 	if (job_node_perm_check(bs, BLK_PERM_CONSISTENT_READ | (w ? BLK_PERM_WRITE : 0), err,
 				errlen))
 		return -EPERM;
+	/* A user of this process that keeps writers out (a block job's
+	 * target, a copy-before-write target) wins, as in QEMU. */
+	if (w && (!(bs->user_shared & BLK_PERM_WRITE) || !(bs->shared & BLK_PERM_WRITE))) {
+		snprintf(err, errlen,
+			 "Permission conflict on node '%s': permissions 'write' are both required "
+			 "by block export '%s' and unshared by another user of the node",
+			 blk_node_name(bs), x->id);
+		return -EPERM;
+	}
 	if (perm == bs->user_perm && shared == bs->user_shared)
 		return 0;
 	return blk_set_perm(bs, perm, shared, err, errlen);

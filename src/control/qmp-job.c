@@ -13,6 +13,7 @@
 
 #include "block/job.h"
 #include "control/qmp-job.h"
+#include "job/mirror.h"
 #include "control/qmp-object.h"
 #include "control/qmp.h"
 #include "control/schema.h"
@@ -332,6 +333,10 @@ int qmp_job_register(void)
 		ret = qmp_stream_register();
 	if (!ret)
 		ret = qmp_commit_register();
+	if (!ret)
+		ret = qmp_mirror_register();
+	if (!ret)
+		ret = qmp_backup_register();
 	job_set_event_ops(&qmp_job_events);
 	job_set_iothread_filter(is_iothread);
 	done = ret == 0;

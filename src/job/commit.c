@@ -11,8 +11,8 @@
  * old chain stays valid and the overlay's data wins over what base took:
  * base only ever receives what reads through top already returned.
  *
- * Active commit (top is the active layer) is a mirror to base; until it is
- * built block-commit refuses it.
+ * Active commit (top is the active layer) is a mirror of top into base
+ * (mirror.c), job type "commit" as in QEMU.
  *
  * THREADING RULE: the QMP handler, prepare, clean on the main thread;
  * run() on the job loop. */
@@ -28,6 +28,7 @@
 #include "control/qmp.h"
 #include "control/schema.h"
 #include "job/chain.h"
+#include "job/mirror.h"
 #include "util/log.h"
 
 #define COMMIT_STATUS_MAX (64ull << 20)
@@ -209,13 +210,8 @@ static int commit_check(json_t *a, struct commit_req *r, char *err, size_t errle
 		snprintf(err, errlen, "cannot commit an image into itself");
 		ret = -EINVAL;
 	}
-	if (!ret && r->top == r->bs) {
-		if (qapi_has(a, "backing-file"))
-			snprintf(err, errlen,
-				 "'backing-file' specified, but 'top' is the active layer");
-		else
-			snprintf(err, errlen,
-				 "block-commit of the active layer is not implemented");
+	if (!ret && r->top == r->bs && qapi_has(a, "backing-file")) {
+		snprintf(err, errlen, "'backing-file' specified, but 'top' is the active layer");
 		ret = -ENOTSUP;
 	}
 	return ret;
@@ -272,6 +268,10 @@ static void cmd_block_commit(struct qmp_req *req, json_t *a)
 
 	if (ret) {
 		qmp_error(req, r.cls, "%s", err);
+		return;
+	}
+	if (r.top == r.bs) { /* the active layer: a mirror into base (mirror.c) */
+		qmp_active_commit(req, a, r.top, r.base);
 		return;
 	}
 	chain_job_opts(a, r.top, &o);

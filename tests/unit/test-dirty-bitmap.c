@@ -49,6 +49,16 @@ static void test_set_extent(void **state)
 	assert_int_equal(blk_dirty_bitmap_count(bm), bm->nbits * 4096);
 	assert_int_equal(blk_dirty_bitmap_extent(bm, 0, 1000000, &dirty), 1000000);
 	assert_true(dirty);
+	/* Clearing: the granules touched, across words, within one word. */
+	blk_dirty_bitmap_clear(bm, 62 * 4096 + 1, 70 * 4096);
+	assert_true(blk_dirty_bitmap_bit(bm, 61));
+	assert_false(blk_dirty_bitmap_bit(bm, 62) || blk_dirty_bitmap_bit(bm, 100) ||
+		     blk_dirty_bitmap_bit(bm, 132));
+	assert_true(blk_dirty_bitmap_bit(bm, 133));
+	blk_dirty_bitmap_clear(bm, 4096, 1);
+	assert_false(blk_dirty_bitmap_bit(bm, 1));
+	assert_true(blk_dirty_bitmap_bit(bm, 0) && blk_dirty_bitmap_bit(bm, 2));
+	assert_int_equal(blk_dirty_bitmap_count(bm), (bm->nbits - 72) * 4096);
 	blk_dirty_bitmap_reset_all(bm);
 	assert_int_equal(blk_dirty_bitmap_count(bm), 0);
 	blk_dirty_bitmap_free(bm);
@@ -189,13 +199,42 @@ static void test_node_marks(void **state)
 	loop_free(loop);
 }
 
+/* A bitmap on a node below a format node or a filter records the writes
+ * forwarded to it (as QEMU's do): a raw node over null, a throttle-free
+ * forward path that skips the child's checks. */
+static void test_forwarded_marks(void **state)
+{
+	struct kv_opts o = {0};
+	struct blk_node *bs, *file;
+	struct blk_dirty_bitmap *bm;
+	struct loop *loop;
+	char err[256], buf[4096] = {0};
+
+	(void)state;
+	assert_int_equal(loop_new(NULL, &loop), 0);
+	loop_bind_current(loop);
+	assert_int_equal(kv_parse(&o, "driver=null,size=16M,read-zeroes=on,format=raw", NULL), 0);
+	assert_int_equal(blk_open(&o, &bs, err, sizeof(err)), 0);
+	kv_free(&o);
+	file = bs->next;
+	assert_non_null(file);
+	bm = blk_dirty_bitmap_new("below", blk_size(file), 65536);
+	blk_dirty_bitmap_link(file, bm);
+	assert_int_equal(blk_pwrite(bs, 3 << 20, buf, sizeof(buf), 0), 0);
+	assert_int_equal(blk_pread(bs, 5 << 20, buf, sizeof(buf)), 0);
+	assert_true(blk_dirty_bitmap_bit(bm, 48));
+	assert_int_equal(blk_dirty_bitmap_count(bm), 65536); /* not the read */
+	blk_close(bs);                                       /* frees the bitmap with its node */
+	loop_bind_current(NULL);
+	loop_free(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_set_extent),
-		cmocka_unit_test(test_merge_granularities),
-		cmocka_unit_test(test_threads),
-		cmocka_unit_test(test_node_marks),
+		cmocka_unit_test(test_set_extent),      cmocka_unit_test(test_merge_granularities),
+		cmocka_unit_test(test_threads),         cmocka_unit_test(test_node_marks),
+		cmocka_unit_test(test_forwarded_marks),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
