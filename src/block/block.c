@@ -109,8 +109,13 @@ blk_dirty_mark_other(struct blk_node *bs, const struct blk_request *req)
 
 void blk_dirty_mark_forward(struct blk_node *child, const struct blk_request *req)
 {
-	if (req->op != BLK_OP_READ && req->op < BLK_OP_BLOCK_STATUS && req->offset < child->size)
-		blk_dirty_mark_req(child, req);
+	if (req->op == BLK_OP_READ || req->op >= BLK_OP_BLOCK_STATUS ||
+	    req->offset >= child->size || !req->len)
+		return;
+	if (req->op == BLK_OP_WRITE)
+		blk_dirty_mark(child, req->offset, req->len);
+	else
+		blk_dirty_mark_other(child, req);
 }
 
 /* Read and write, the hot path: 0 and *route (the core's work: zero length,
