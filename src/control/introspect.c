@@ -150,6 +150,13 @@ static json_t *members_info(struct walk *w, const struct qapi_member *m)
 		e = json_pack("{s:s,s:s}", "name", m->name, "type", type_name(w, m->type));
 		if (e && m->optional)
 			json_object_set_new(e, "default", json_null());
+		if (e && m->features) {
+			json_t *f = json_array();
+
+			for (const char *const *p = m->features; *p; p++)
+				json_array_append_new(f, json_string(*p));
+			json_object_set_new(e, "features", f);
+		}
 		json_array_append_new(list, e);
 	}
 	return list;

@@ -38,6 +38,7 @@ struct qapi_member {
 	const struct qapi_type *type;
 	bool optional;
 	const char *dflt; /* optional members: JSON text filled in when absent, or NULL */
+	const char *const *features; /* NULL-ended, as query-qmp-schema lists them, or NULL */
 };
 
 /* A flat union's branch: the members of `type` (an object) join the base's
@@ -77,6 +78,14 @@ extern const struct qapi_type qapi_str, qapi_bool, qapi_int, qapi_int8, qapi_int
 #define QAPI_OPT(n, t)                                                                             \
 	{                                                                                          \
 		.name = (n), .type = (t), .optional = true                                         \
+	}
+/* An optional member QEMU marks unstable (an x- name). */
+#define QAPI_OPT_UNSTABLE(n, t)                                                                    \
+	{                                                                                          \
+		.name = (n), .type = (t), .optional = true, .features = (const char *const[])      \
+		{                                                                                  \
+			"unstable", NULL                                                           \
+		}                                                                                  \
 	}
 #define QAPI_OPT_DEFAULT(n, t, d)                                                                  \
 	{                                                                                          \
