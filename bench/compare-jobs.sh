@@ -58,98 +58,150 @@ trap cleanup EXIT
 # (all threads, /proc) meanwhile. ioplane's export is
 # on an iothread; qsd's stays in its main loop: qsd 7.2 aborts (blockdev-nbd.c:62,
 # nbd_blockdev_client_closed) when an NBD client of an iothread export goes.
-cat >"$tmp/job.py" <<'PY'
-import json, os, socket, subprocess, sys, time
-kind, job, load, d = sys.argv[1], sys.argv[2], sys.argv[3] == 'fio', sys.argv[4]
-ioplane = os.environ['IOPLANE']
-qmp, nbd = os.path.join(d, 'qmp.sock'), os.path.join(d, 'nbd.sock')
-argv = ([ioplane, 'serve', '-q'] if kind == 'ioplane' else ['qemu-storage-daemon']) + [
-    '--chardev', 'socket,id=m0,path=%s,server=on,wait=off' % qmp, '--monitor', 'chardev=m0',
-    '--blockdev', 'driver=file,filename=%s/top.qcow2,node-name=tf' % d,
-    '--blockdev', 'driver=qcow2,file=tf,node-name=top', '--object', 'iothread,id=io0',
-    '--nbd-server', 'addr.type=unix,addr.path=' + nbd,
-    '--export', 'type=nbd,id=e,node-name=top,writable=on' + (
-        ',iothread=io0' if kind == 'ioplane' else '')]
-log = open(os.path.join(d, kind + '.log'), 'w')
-p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-try:
-    for _ in range(1000):
-        if os.path.exists(qmp):
-            break
-        time.sleep(0.01)
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(qmp)
-    f = s.makefile('rwb')
-    def recv():
-        return json.loads(f.readline())
-    def cmd(name, args=None):
-        f.write(json.dumps({'execute': name, 'arguments': args or {}}).encode() + b'\n')
-        f.flush()
+cat >"$tmp/jobd.py" <<'PY'
+"""What the job scripts share: a daemon (ioplane serve or qemu-storage-daemon) on
+qcow2 nodes, one of them exported over NBD, its QMP monitor, its CPU time, and fio
+writing to the export."""
+import json, os, socket, subprocess, time
+
+
+class Daemon:
+    def __init__(self, kind, d, nodes, export):
+        """nodes: (file name in d, node name) of each qcow2 image, export: the node
+        exported writable (on an iothread in ioplane, qsd's main loop: see above)."""
+        self.kind, self.d = kind, d
+        self.qmp, self.nbd = os.path.join(d, 'qmp.sock'), os.path.join(d, 'nbd.sock')
+        self.export = export
+        argv = ([os.environ['IOPLANE'], 'serve', '-q'] if kind == 'ioplane'
+                else ['qemu-storage-daemon'])
+        argv += ['--chardev', 'socket,id=m0,path=%s,server=on,wait=off' % self.qmp,
+                 '--monitor', 'chardev=m0']
+        for name, node in nodes:
+            argv += ['--blockdev', 'driver=file,filename=%s/%s,node-name=%s-f' % (d, name, node),
+                     '--blockdev', 'driver=qcow2,file=%s-f,node-name=%s' % (node, node)]
+        argv += ['--object', 'iothread,id=io0', '--nbd-server', 'addr.type=unix,addr.path=' + self.nbd,
+                 '--export', 'type=nbd,id=e,node-name=%s,writable=on' % export +
+                 (',iothread=io0' if kind == 'ioplane' else '')]
+        log = open(os.path.join(d, kind + '.log'), 'w')
+        self.p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL)
+        self.fio = None
+        for _ in range(1000):
+            if os.path.exists(self.qmp):
+                break
+            time.sleep(0.01)
+        self.s = socket.socket(socket.AF_UNIX)
+        self.s.connect(self.qmp)
+        self.f = self.s.makefile('rwb')
+        self.recv()
+        self.cmd('qmp_capabilities')
+
+    def recv(self):
+        return json.loads(self.f.readline())
+
+    def cmd(self, name, args=None):
+        self.f.write(json.dumps({'execute': name, 'arguments': args or {}}).encode() + b'\n')
+        self.f.flush()
         while True:
-            m = recv()
+            m = self.recv()
             if 'event' not in m:
                 return m
-    recv()
-    cmd('qmp_capabilities')
-    mid = [n['node-name'] for n in cmd('query-named-block-nodes')['return']
-           if n['file'].endswith('/mid.qcow2') and n['drv'] == 'qcow2'][0]
-    fio = None
-    if load:
-        fio = subprocess.Popen(['fio', '--name=load', '--ioengine=nbd',
-                                '--uri=nbd+unix:///top?socket=' + nbd, '--rw=randwrite',
-                                '--bs=4k', '--iodepth=16', '--time_based', '--runtime=3600',
-                                '--size=%d' % (os.path.getsize(d + '/size')),
-                                '--output-format=json'], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
-        # fio connected and writing before the job starts.
+
+    def cpu(self):
+        """The daemon's utime + stime, every thread, in seconds."""
+        with open('/proc/%d/stat' % self.p.pid) as st:
+            v = st.read().rsplit(')', 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf('SC_CLK_TCK')
+
+    def start_fio(self):
+        """fio 4 KiB randwrite at depth 16 on the export, connected and writing
+        (0.2 s past its first write) when this returns."""
+        self.fio = subprocess.Popen(
+            ['fio', '--name=load', '--ioengine=nbd',
+             '--uri=nbd+unix:///%s?socket=%s' % (self.export, self.nbd), '--rw=randwrite',
+             '--bs=4k', '--iodepth=16', '--time_based', '--runtime=3600',
+             '--size=%d' % os.path.getsize(self.d + '/size'), '--output-format=json'],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+            text=True)
         for _ in range(1000):
-            st = cmd('query-blockstats', {'query-nodes': True})['return']
-            if any(x['stats']['wr_operations'] for x in st) or fio.poll() is not None:
+            st = self.cmd('query-blockstats', {'query-nodes': True})['return']
+            if any(x['stats']['wr_operations'] for x in st) or self.fio.poll() is not None:
                 break
             time.sleep(0.01)
         time.sleep(0.2)
-    def cpu():  # the daemon's utime + stime, every thread, in seconds
-        with open('/proc/%d/stat' % p.pid) as st:
-            v = st.read().rsplit(')', 1)[1].split()
-        return (int(v[11]) + int(v[12])) / os.sysconf('SC_CLK_TCK')
-    c0 = cpu()
+
+    def stop_fio(self):
+        """fio's write IOPS (0 without fio)."""
+        if not self.fio:
+            return 0
+        self.fio.send_signal(2)
+        out, _ = self.fio.communicate(timeout=60)
+        return json.loads(out[out.index('{'):])['jobs'][0]['write']['iops']
+
+    def quit(self, timeout=60):
+        self.cmd('quit')
+        self.p.wait(timeout=timeout)
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+PY
+cat >"$tmp/job.py" <<'PY'
+import os, sys, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jobd import Daemon
+kind, job, load, d = sys.argv[1], sys.argv[2], sys.argv[3] == 'fio', sys.argv[4]
+dm = Daemon(kind, d, [('top.qcow2', 'top')], 'top')
+try:
+    mid = [n['node-name'] for n in dm.cmd('query-named-block-nodes')['return']
+           if n['file'].endswith('/mid.qcow2') and n['drv'] == 'qcow2'][0]
+    if load:
+        dm.start_fio()
+    c0 = dm.cpu()
     t0 = time.monotonic()
     if job == 'stream':
-        r = cmd('block-stream', {'job-id': 'j', 'device': 'top'})
+        r = dm.cmd('block-stream', {'job-id': 'j', 'device': 'top'})
     else:
-        r = cmd('block-commit', {'job-id': 'j', 'device': 'top', 'top-node': mid})
+        r = dm.cmd('block-commit', {'job-id': 'j', 'device': 'top', 'top-node': mid})
     if 'error' in r:
         sys.exit('%s %s: %s' % (kind, job, r['error']['desc']))
     while True:
-        m = recv()
+        m = dm.recv()
         if m.get('event') == 'BLOCK_JOB_COMPLETED':
             break
     t = time.monotonic() - t0
-    used = cpu() - c0
-    iops = 0
-    if fio:
-        fio.send_signal(2)
-        out, _ = fio.communicate(timeout=60)
-        iops = json.loads(out[out.index('{'):])['jobs'][0]['write']['iops']
+    used = dm.cpu() - c0
+    iops = dm.stop_fio()
     if 'error' in m['data']:
         sys.exit('%s %s: %s' % (kind, job, m['data']['error']))
     print('%.3f %.0f %.2f' % (t, iops, used))
-    cmd('quit')
-    p.wait(timeout=60)
+    dm.quit()
 finally:
-    if p.poll() is None:
-        p.kill()
-        p.wait()
+    dm.kill()
 PY
+
+# fill IMAGE PATTERN: IMAGE's whole $bytes written with PATTERN, in writes of at most
+# 1 GiB (qemu-io refuses a single request of 2 GiB or more).
+fill() {
+	local off=0 n cmds=()
+	while [ "$off" -lt "$bytes" ]; do
+		n=$((bytes - off))
+		[ "$n" -le 1073741824 ] || n=1073741824
+		cmds+=(-c "write -P $2 $off $n")
+		off=$((off + n))
+	done
+	qemu-io "${cmds[@]}" "$1" >/dev/null
+}
 
 # The chain, made once: base and mid full (two patterns), top 1%.
 make_chain() {
 	local c=$tmp/chain
 	mkdir -p "$c"
 	qemu-img create -q -f qcow2 "$c/base.qcow2" "$bytes"
-	qemu-io -c "write -P 0x11 0 $bytes" "$c/base.qcow2" >/dev/null
+	fill "$c/base.qcow2" 0x11
 	qemu-img create -q -f qcow2 -b "$c/base.qcow2" -F qcow2 "$c/mid.qcow2"
-	qemu-io -c "write -P 0x22 0 $bytes" "$c/mid.qcow2" >/dev/null
+	fill "$c/mid.qcow2" 0x22
 	qemu-img create -q -f qcow2 -b "$c/mid.qcow2" -F qcow2 "$c/top.qcow2"
 	qemu-io -c "write -P 0x33 0 $((bytes / 100 / 65536 * 65536 + 65536))" "$c/top.qcow2" >/dev/null
 }
@@ -192,75 +244,36 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 # fio's IOPS over that time.
 copy_job_py() {
 	cat >"$tmp/copyjob.py" <<'PY'
-import json, os, socket, subprocess, sys, time
+import os, socket, sys, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from jobd import Daemon
 kind, job, load, d = sys.argv[1], sys.argv[2], sys.argv[3] == 'fio', sys.argv[4]
-qmp, nbd = os.path.join(d, 'qmp.sock'), os.path.join(d, 'nbd.sock')
-argv = ([os.environ['IOPLANE'], 'serve', '-q'] if kind == 'ioplane'
-        else ['qemu-storage-daemon']) + [
-    '--chardev', 'socket,id=m0,path=%s,server=on,wait=off' % qmp, '--monitor', 'chardev=m0',
-    '--blockdev', 'driver=file,filename=%s/src.qcow2,node-name=sf' % d,
-    '--blockdev', 'driver=qcow2,file=sf,node-name=src',
-    '--blockdev', 'driver=file,filename=%s/tgt.qcow2,node-name=tf' % d,
-    '--blockdev', 'driver=qcow2,file=tf,node-name=tgt', '--object', 'iothread,id=io0',
-    '--nbd-server', 'addr.type=unix,addr.path=' + nbd,
-    '--export', 'type=nbd,id=e,node-name=src,writable=on' + (
-        ',iothread=io0' if kind == 'ioplane' else '')]
-log = open(os.path.join(d, kind + '.log'), 'w')
-p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+dm = Daemon(kind, d, [('src.qcow2', 'src'), ('tgt.qcow2', 'tgt')], 'src')
 try:
-    for _ in range(1000):
-        if os.path.exists(qmp):
-            break
-        time.sleep(0.01)
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(qmp)
-    f = s.makefile('rwb')
-    def recv():
-        return json.loads(f.readline())
-    def cmd(name, args=None):
-        f.write(json.dumps({'execute': name, 'arguments': args or {}}).encode() + b'\n')
-        f.flush()
-        while True:
-            m = recv()
-            if 'event' not in m:
-                return m
-    recv()
-    cmd('qmp_capabilities')
-    fio = None
     if load:
-        fio = subprocess.Popen(['fio', '--name=load', '--ioengine=nbd',
-                                '--uri=nbd+unix:///src?socket=' + nbd, '--rw=randwrite',
-                                '--bs=4k', '--iodepth=16', '--time_based', '--runtime=3600',
-                                '--size=%d' % os.path.getsize(d + '/size'),
-                                '--output-format=json'], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
-        time.sleep(1)
+        dm.start_fio()
     t0 = time.monotonic()
     if job == 'mirror':
-        r = cmd('blockdev-mirror', {'job-id': 'j', 'device': 'src', 'target': 'tgt',
-                                    'sync': 'full'})
+        r = dm.cmd('blockdev-mirror', {'job-id': 'j', 'device': 'src', 'target': 'tgt',
+                                       'sync': 'full'})
         want = 'BLOCK_JOB_READY'
     else:
-        r = cmd('blockdev-backup', {'job-id': 'j', 'device': 'src', 'target': 'tgt',
-                                    'sync': 'full'})
+        r = dm.cmd('blockdev-backup', {'job-id': 'j', 'device': 'src', 'target': 'tgt',
+                                       'sync': 'full'})
         want = 'BLOCK_JOB_COMPLETED'
     if 'error' in r:
         sys.exit('%s %s: %s' % (kind, job, r['error']['desc']))
-    s.settimeout(float(os.environ.get('COPY_TIMEOUT', '600')))
+    dm.s.settimeout(float(os.environ.get('COPY_TIMEOUT', '600')))
     try:
         while True:
-            m = recv()
+            m = dm.recv()
             if m.get('event') in (want, 'BLOCK_JOB_COMPLETED', 'BLOCK_JOB_CANCELLED'):
                 break
     except (socket.timeout, TimeoutError):
         m = {'event': 'timeout'}
-    s.settimeout(None)
+    dm.s.settimeout(None)
     t = time.monotonic() - t0
-    iops = 0
-    if fio:
-        fio.send_signal(2)
-        out, _ = fio.communicate(timeout=60)
-        iops = json.loads(out[out.index('{'):])['jobs'][0]['write']['iops']
+    iops = dm.stop_fio()
     if m['event'] == 'timeout':  # never converged under the load: say so, go on
         print('timeout %.0f' % iops)
     elif m['event'] != want or 'error' in m.get('data', {}):
@@ -268,13 +281,10 @@ try:
     else:
         print('%.3f %.0f' % (t, iops))
     if job == 'mirror':
-        cmd('job-cancel', {'id': 'j'})
-    cmd('quit')
-    p.wait(timeout=120)
+        dm.cmd('job-cancel', {'id': 'j'})
+    dm.quit(timeout=120)
 finally:
-    if p.poll() is None:
-        p.kill()
-        p.wait()
+    dm.kill()
 PY
 }
 
@@ -283,7 +293,7 @@ make_source() {
 	[ -f "$tmp/src/src.qcow2" ] && return 0
 	mkdir -p "$tmp/src"
 	qemu-img create -q -f qcow2 "$tmp/src/src.qcow2" "$bytes"
-	qemu-io -c "write -P 0x5a 0 $bytes" "$tmp/src/src.qcow2" >/dev/null
+	fill "$tmp/src/src.qcow2" 0x5a
 }
 
 # Best (lowest) time of --runs for KIND JOB LOAD, each with a fresh source and target.
