@@ -207,13 +207,14 @@ static const struct qapi_type perf_opts =
 static const struct qapi_type backup_args = QAPI_OBJECT_TYPE(
 	"BlockdevBackup",
 	QAPI_MEMBERS(QAPI_OPT("job-id", &qapi_str), QAPI_REQ("device", &qapi_str),
-		     QAPI_REQ("target", &qapi_str), QAPI_REQ("sync", &sync_mode),
-		     QAPI_OPT("speed", &qapi_int), QAPI_OPT("bitmap", &qapi_str),
-		     QAPI_OPT("bitmap-mode", &bm_mode), QAPI_OPT("compress", &qapi_bool),
+		     QAPI_REQ("sync", &sync_mode), QAPI_OPT("speed", &qapi_int),
+		     QAPI_OPT("bitmap", &qapi_str), QAPI_OPT("bitmap-mode", &bm_mode),
+		     QAPI_OPT("compress", &qapi_bool),
 		     QAPI_OPT("on-source-error", &qmp_blockdev_on_error),
 		     QAPI_OPT("on-target-error", &qmp_blockdev_on_error),
 		     QAPI_OPT("auto-finalize", &qapi_bool), QAPI_OPT("auto-dismiss", &qapi_bool),
-		     QAPI_OPT("filter-node-name", &qapi_str), QAPI_OPT("x-perf", &perf_opts)));
+		     QAPI_OPT("filter-node-name", &qapi_str),
+		     QAPI_OPT_UNSTABLE("x-perf", &perf_opts), QAPI_REQ("target", &qapi_str)));
 
 struct backup_req {
 	struct blk_node *source, *target;
