@@ -215,6 +215,7 @@ fresh_chain() {
 	qemu-img rebase -q -u -f qcow2 -b "$r/base.qcow2" -F qcow2 "$r/mid.qcow2"
 	qemu-img rebase -q -u -f qcow2 -b "$r/mid.qcow2" -F qcow2 "$r/top.qcow2"
 	truncate -s "$bytes" "$r/size"
+	sync # the copies written back before the job, not while it runs
 }
 
 # Best (lowest) time of --runs for KIND JOB LOAD: "SECONDS IOPS CPU".
@@ -305,6 +306,7 @@ best_copy() {
 		cp --sparse=always "$tmp/src/src.qcow2" "$r/"
 		qemu-img create -q -f qcow2 "$r/tgt.qcow2" "$bytes"
 		truncate -s "$bytes" "$r/size"
+		sync # the copies written back before the job, not while it runs
 		line=$(IOPLANE=$IOPLANE python3 "$tmp/copyjob.py" "$1" "$2" "$3" "$r") || {
 			echo "compare-jobs: $1 $2 (load $3) failed; its log:" >&2
 			tail -20 "$r/$1.log" >&2
