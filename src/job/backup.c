@@ -100,12 +100,9 @@ static int backup_round(struct backup_job *s, uint64_t *cursor)
 	atomic_store(&job->progress_current, s->total > left ? s->total - left : 0);
 	if (left == 0 && s->pool.nbusy == 0 && !bcopy_busy(s->bc))
 		return 0;
-	if (!atomic_load(&s->source->quiesce) && !atomic_load(&s->target->quiesce))
-		copy_pool_fill(&s->pool, cursor);
-	if (s->pool.nbusy)
-		copy_pool_wait(&s->pool);
-	else
-		job_sleep(job, BACKUP_RETRY_NS);
+	copy_pool_step(&s->pool, cursor,
+		       atomic_load(&s->source->quiesce) || atomic_load(&s->target->quiesce),
+		       BACKUP_RETRY_NS);
 	return 1;
 }
 

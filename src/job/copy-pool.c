@@ -66,6 +66,16 @@ void copy_pool_wait(struct copy_pool *p)
 	coroutine_yield();
 }
 
+void copy_pool_step(struct copy_pool *p, uint64_t *cursor, bool quiesced, uint64_t retry_ns)
+{
+	if (!quiesced)
+		copy_pool_fill(p, cursor);
+	if (p->nbusy)
+		copy_pool_wait(p);
+	else
+		job_sleep(p->job, retry_ns);
+}
+
 static struct copy_pool_op *pool_free_op(struct copy_pool *p)
 {
 	for (unsigned i = 0; i < p->max_ops; i++)

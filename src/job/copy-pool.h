@@ -46,6 +46,10 @@ void copy_pool_free(struct copy_pool *p);
 void copy_pool_fill(struct copy_pool *p, uint64_t *cursor);
 /* Yield until an op finishes (nbusy > 0). */
 void copy_pool_wait(struct copy_pool *p);
+/* The tail of a copying job's round: start copies from *cursor unless a node
+ * is quiesced, then yield until one finishes, or sleep retry_ns when none is
+ * in flight. */
+void copy_pool_step(struct copy_pool *p, uint64_t *cursor, bool quiesced, uint64_t retry_ns);
 /* Failed copies through the error policy: 0 (their ranges are to copy
  * again, or stopped and resumed), or the error to end the job with. */
 int copy_pool_errors(struct copy_pool *p);

@@ -119,12 +119,7 @@ static int mirror_round(struct mirror_job *s, uint64_t *cursor)
 		job_sleep(job, MIRROR_IDLE_NS);
 		return 1;
 	}
-	if (!mirror_quiesced(s))
-		copy_pool_fill(&s->pool, cursor);
-	if (s->pool.nbusy)
-		copy_pool_wait(&s->pool);
-	else
-		job_sleep(job, MIRROR_RETRY_NS);
+	copy_pool_step(&s->pool, cursor, mirror_quiesced(s), MIRROR_RETRY_NS);
 	return 1;
 }
 
@@ -318,27 +313,17 @@ static void mirror_free(struct job *job)
 	mirror_pre_free(s->pre);
 }
 
-static const struct job_driver mirror_driver = {
-	.type = "mirror",
-	.size = sizeof(struct mirror_job),
-	.run = mirror_run,
-	.complete = mirror_complete,
-	.prepare = mirror_prepare,
-	.clean = mirror_clean,
-	.soft_cancel = mirror_soft_cancel,
-	.free = mirror_free,
-};
+/* A mirror, and an active commit (a mirror into the base), differ only in
+ * the type query-jobs shows. */
+#define MIRROR_DRIVER(type_)                                                                       \
+	{                                                                                          \
+		.type = (type_), .size = sizeof(struct mirror_job), .run = mirror_run,             \
+		.complete = mirror_complete, .prepare = mirror_prepare, .clean = mirror_clean,     \
+		.soft_cancel = mirror_soft_cancel, .free = mirror_free,                            \
+	}
 
-static const struct job_driver active_commit_driver = {
-	.type = "commit",
-	.size = sizeof(struct mirror_job),
-	.run = mirror_run,
-	.complete = mirror_complete,
-	.prepare = mirror_prepare,
-	.clean = mirror_clean,
-	.soft_cancel = mirror_soft_cancel,
-	.free = mirror_free,
-};
+static const struct job_driver mirror_driver = MIRROR_DRIVER("mirror");
+static const struct job_driver active_commit_driver = MIRROR_DRIVER("commit");
 
 /* ---- main: the start ---------------------------------------------------------------- */
 
