@@ -726,18 +726,25 @@ void loop_uring_submit(struct loop *loop)
 bool loop_reap_cqes(struct loop *loop)
 {
 	struct io_uring_cqe *cqe;
-	unsigned head, n = 0;
+	unsigned n = 0;
 
 	if (!loop->have_ring)
 		return false;
-	io_uring_for_each_cqe(&loop->ring, head, cqe)
-	{
-		uint64_t ud = cqe->user_data;
-		int res = cqe->res;
-		uint32_t flags = cqe->flags;
+	/* The head is read again for every completion: a callback that runs
+	 * the loop itself (synchronous work) reaps those behind its own, and
+	 * they must not be dispatched twice. */
+	while (n < LOOP_REAP_BUDGET && io_uring_cq_ready(&loop->ring)) {
+		uint64_t ud;
+		int res;
+		uint32_t flags;
 
-		if (n == LOOP_REAP_BUDGET)
-			break;
+		/* Not io_uring_peek_cqe(): on an empty ring it may enter the
+		 * kernel to run task work. */
+		cqe = &loop->ring.cq.cqes[*loop->ring.cq.khead & loop->ring.cq.ring_mask];
+		ud = cqe->user_data;
+		res = cqe->res;
+		flags = cqe->flags;
+
 		/* Mark it seen before the callback so that a callback may submit. */
 		io_uring_cq_advance(&loop->ring, 1);
 		n++;

@@ -671,6 +671,68 @@ static void test_reap_budget(void **state)
 	loop_free(loop);
 }
 
+/* A completion callback that waits for more I/O by running the loop (the
+ * synchronous work a QMP handler does: a resize, a reopen) reaps the
+ * completions behind its own; the outer round must not dispatch them again. */
+struct nested_op {
+	struct uop u;
+	struct loop *loop;
+	struct uop *inner;
+};
+
+static void nested_cb(struct loop_uring_op *op, int res, uint32_t flags)
+{
+	struct nested_op *n = (struct nested_op *)op;
+	struct io_uring_sqe *sqe;
+	int spins = 0;
+
+	uop_cb(op, res, flags);
+	if (n->u.done != 1)
+		return;
+	sqe = loop_uring_sqe(n->loop);
+	assert_non_null(sqe);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data(sqe, &n->inner->op);
+	while (!n->inner->done && spins++ < 1000)
+		loop_run_once(n->loop, true);
+}
+
+static void test_reap_nested(void **state)
+{
+	struct loop *loop = new_loop(0);
+	enum { N = 4 };
+	struct uop u[N], inner = {.op.cb = uop_cb};
+	struct nested_op first = {.u.op.cb = nested_cb, .loop = loop, .inner = &inner};
+	int i, rounds = 0;
+
+	(void)state;
+	if (!loop_uring(loop)) {
+		loop_free(loop);
+		skip();
+	}
+	for (i = -1; i < N; i++) {
+		struct io_uring_sqe *sqe = loop_uring_sqe(loop);
+
+		assert_non_null(sqe);
+		io_uring_prep_nop(sqe);
+		if (i < 0) {
+			io_uring_sqe_set_data(sqe, &first.u.op);
+			continue;
+		}
+		u[i] = (struct uop){.op.cb = uop_cb};
+		io_uring_sqe_set_data(sqe, &u[i].op);
+	}
+	while ((!first.u.done || !inner.done || !u[N - 1].done) && rounds++ < 100)
+		loop_run_once(loop, true);
+	for (i = 0; i < 3; i++) /* rounds that find nothing more to dispatch */
+		loop_run_once(loop, false);
+	assert_int_equal(first.u.done, 1);
+	assert_int_equal(inner.done, 1);
+	for (i = 0; i < N; i++)
+		assert_int_equal(u[i].done, 1);
+	loop_free(loop);
+}
+
 static void test_backend_env(void **state)
 {
 	const char *env = getenv("IOPLANE_LOOP_BACKEND");
@@ -739,6 +801,7 @@ int main(void)
 		cmocka_unit_test(test_poll_sleep_hook),
 		cmocka_unit_test(test_uring_ops_batched),
 		cmocka_unit_test(test_reap_budget),
+		cmocka_unit_test(test_reap_nested),
 		cmocka_unit_test(test_backend_env),
 		cmocka_unit_test(test_forced_backends),
 		cmocka_unit_test(test_index_reused_never_shared),
