@@ -479,13 +479,16 @@ static void replace_refs(struct replace *r)
 	r->from->refcnt -= users + r->links;
 }
 
-int blk_replace_node(struct blk_node *from, struct blk_node *to, char *err, size_t errlen)
+static void resize_notify(struct blk_node *bs);
+
+static int replace_node(struct blk_node *from, struct blk_node *to, bool may_grow, char *err,
+			size_t errlen)
 {
 	struct replace *r;
 	struct blk_notifier *n, *next;
 	int ret;
 
-	if (from == to || from->size != to->size) {
+	if (from == to || (from->size != to->size && !(may_grow && to->size > from->size))) {
 		snprintf(err, errlen, "Node '%s' cannot take the place of node '%s'",
 			 blk_node_name(to), blk_node_name(from));
 		return -EINVAL;
@@ -515,7 +518,19 @@ int blk_replace_node(struct blk_node *from, struct blk_node *to, char *err, size
 		notifiers_append(&to->replace_notifiers, n);
 	}
 	blk_drain_retarget(from, to);
+	if (to->size != from->size)
+		resize_notify(to); /* the users see the larger node */
 	return 0;
+}
+
+int blk_replace_node(struct blk_node *from, struct blk_node *to, char *err, size_t errlen)
+{
+	return replace_node(from, to, false, err, errlen);
+}
+
+int blk_replace_node_grow(struct blk_node *from, struct blk_node *to, char *err, size_t errlen)
+{
+	return replace_node(from, to, true, err, errlen);
 }
 
 static void node_set_ro(struct blk_node *bs, bool ro)

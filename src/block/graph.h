@@ -104,6 +104,10 @@ void blk_replace_notifier_del(struct blk_node *bs, blk_replace_fn cb, void *opaq
  * -EINVAL (not the same size, or the same node), -EPERM (a lock or a
  * permission conflict), -ENOMEM, with a message, and then nothing moved. */
 int blk_replace_node(struct blk_node *from, struct blk_node *to, char *err, size_t errlen);
+/* The same where `to` may also be larger (an active commit into a larger
+ * base, which QEMU allows): the users then see a resize (their resize
+ * notifiers run). */
+int blk_replace_node_grow(struct blk_node *from, struct blk_node *to, char *err, size_t errlen);
 
 /* The old top of an external snapshot becomes, as in QEMU, a read-only
  * backing file (ro: true), with its `file` child: it then holds no write

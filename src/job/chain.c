@@ -137,6 +137,35 @@ void chain_perm_drop(struct chain_perm *p)
 	p->taken = false;
 }
 
+int chain_base_prepare(struct blk_node *top, struct blk_node *base, bool *made_rw, char *err,
+		       size_t errlen)
+{
+	char why[256] = "";
+	struct loop *prev;
+	int ret = 0;
+
+	*made_rw = false;
+	if (base->read_only) {
+		ret = blk_set_backing_read_only(base, false, err, errlen);
+		*made_rw = ret == 0;
+	}
+	if (ret || base->size >= top->size)
+		return ret;
+	ret = blk_ctl_enter(&prev); /* the resize waits for its I/O */
+	if (!ret) {
+		ret = blk_resize(base, top->size, why, sizeof(why));
+		blk_ctl_leave(prev);
+	} else {
+		snprintf(why, sizeof(why), "out of memory");
+	}
+	if (ret)
+		snprintf(err, errlen,
+			 "Top image %s is larger than base image %s, and resize of base image "
+			 "failed: %s",
+			 blk_node_name(top), blk_node_name(base), why);
+	return ret;
+}
+
 /* ---- what the two jobs share ------------------------------------------------------ */
 
 int chain_run(struct job *job, struct job_copy *c, uint64_t size, chain_range_fn *range)

@@ -53,6 +53,13 @@ int chain_perm_take(struct chain_perm *p, struct blk_node *bs, uint32_t add, uin
 		    char *err, size_t errlen);
 void chain_perm_drop(struct chain_perm *p);
 
+/* block-commit's base before the copy (main thread, before the job blocks
+ * it): writable (*made_rw says it was read-only), and grown to size when
+ * smaller, as QEMU grows it; a larger base keeps its size. 0 or -errno
+ * with the message. */
+int chain_base_prepare(struct blk_node *top, struct blk_node *base, bool *made_rw, char *err,
+		       size_t errlen);
+
 /* ---- what the two jobs share ----------------------------------------------- */
 
 /* run()'s walk over [0, size) (job loop): range() handles the stretch at off

@@ -237,19 +237,13 @@ static int commit_setup(struct commit_job *s, json_t *a, char *err, size_t errle
 	for (struct blk_node *b = s->top; b && b != s->base && !ret; b = chain_backing(b))
 		ret = job_block_node_shared(&s->job, b, BLK_PERM_WRITE | BLK_PERM_WRITE_UNCHANGED,
 					    "intermediate node", err, errlen);
+	/* Before the base's blocker, which does not share resize. */
+	if (!ret)
+		ret = chain_base_prepare(s->top, s->base, &s->base_made_rw, err, errlen);
 	if (!ret)
 		ret = job_block_node_shared(&s->job, s->base,
 					    BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
 					    NULL, err, errlen);
-	if (!ret && s->base->size < s->top->size) {
-		snprintf(err, errlen, "Top image %s is larger than base image %s",
-			 blk_node_name(s->top), blk_node_name(s->base));
-		ret = -ENOSPC;
-	}
-	if (!ret && s->base->read_only) {
-		ret = blk_set_backing_read_only(s->base, false, err, errlen);
-		s->base_made_rw = ret == 0;
-	}
 	if (ret)
 		return ret;
 	job_progress_set_total(&s->job, s->top->size);

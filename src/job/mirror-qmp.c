@@ -165,12 +165,6 @@ void qmp_active_commit(struct qmp_req *req, json_t *args, struct blk_node *top,
 
 	p.on_source_error = p.on_target_error = (enum job_error_policy)qapi_get_enum(
 		args, "on-error", &qmp_blockdev_on_error, JOB_ERR_REPORT);
-	if (!ret && base->size != top->size) {
-		snprintf(err, sizeof(err), "Top image %s is %s than base image %s",
-			 blk_node_name(top), base->size < top->size ? "larger" : "smaller",
-			 blk_node_name(base));
-		ret = -ENOSPC;
-	}
 	if (ret) {
 		qmp_error(req, QMP_ERR_GENERIC, "%s", err);
 		return;

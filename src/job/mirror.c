@@ -222,7 +222,7 @@ static int mirror_switch(struct mirror_job *s, char *err, size_t errlen)
 			 strerror(-ret));
 	if (!ret && !s->soft) {
 		mirror_drop_perm(s);
-		ret = blk_replace_node(s->pre->filter, s->target, err, errlen);
+		ret = blk_replace_node_grow(s->pre->filter, s->target, err, errlen);
 		s->switched = ret == 0;
 	}
 	blk_drain_end(s->target);
@@ -416,16 +416,7 @@ int mirror_pre_new(const struct mirror_params *p, struct mirror_pre **out, char 
  * writable export) may write it meanwhile. */
 static int mirror_take_target(struct mirror_job *s, char *err, size_t errlen)
 {
-	struct blk_node *t = s->target;
-	int ret;
-
-	if (t->read_only && s->base) {
-		ret = blk_set_backing_read_only(t, false, err, errlen);
-		if (ret)
-			return ret;
-		s->base_made_rw = true;
-	}
-	return chain_perm_take(&s->tperm, t, BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE,
+	return chain_perm_take(&s->tperm, s->target, BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE,
 			       BLK_PERM_WRITE | BLK_PERM_RESIZE, err, errlen);
 }
 
@@ -449,6 +440,9 @@ int mirror_setup(struct job *job, const struct mirror_params *p, struct mirror_p
 		return ret;
 	}
 	ret = job_block_node(job, s->source, err, errlen);
+	/* Active commit: a writable base, grown to the top's size. */
+	if (!ret && s->base)
+		ret = chain_base_prepare(s->source, s->base, &s->base_made_rw, err, errlen);
 	if (!ret) /* the job's to write: others may only read it */
 		ret = job_block_node_shared(job, s->target,
 					    BLK_PERM_CONSISTENT_READ | BLK_PERM_WRITE_UNCHANGED,
