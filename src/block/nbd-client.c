@@ -629,6 +629,41 @@ static void *nbdc_ctor(struct blk_node *bs, struct loop *loop)
 	return c;
 }
 
+/* A loop without a connection forwards to one that has; when that loop has
+ * given its slot up since (a job's loop that finished), this loop takes a
+ * free slot itself or another owner. The loop to forward to, or NULL: issue
+ * here. */
+static struct loop *nbdc_forward_to(struct nbdc_conn *c)
+{
+	struct nbdc_state *s = nbdc_state(c->bs);
+	struct nbd_handle *h = NULL;
+	unsigned k, held = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (k = 0; k < s->nconns; k++) {
+		if (s->slot_loop[k] == c->target) {
+			pthread_mutex_unlock(&s->lock);
+			return c->target;
+		}
+		held += s->slot_loop[k] != NULL;
+	}
+	if (held == s->nconns) {
+		c->target = s->slot_loop[s->rr++ % s->nconns];
+		pthread_mutex_unlock(&s->lock);
+		return c->target;
+	}
+	for (k = 0; s->slot_loop[k]; k++)
+		;
+	s->slot_loop[k] = c->loop;
+	c->slot = (int)k;
+	c->target = NULL;
+	h = s->first;
+	s->first = NULL;
+	pthread_mutex_unlock(&s->lock);
+	nbdc_conn_start(c, h);
+	return NULL;
+}
+
 /* On the connection's loop: issue a request another loop sent. */
 static void nbdc_fwd_run(struct loop_msg *m)
 {
@@ -637,8 +672,16 @@ static void nbdc_fwd_run(struct loop_msg *m)
 	struct nbdc_conn *c = blk_thread_state(r->bs, loop, nbdc_ctor);
 	int ret;
 
-	if (!c || c->target) { /* the slot moved: should not happen while in use */
-		ret = -EIO;
+	if (c && c->target) { /* this loop gave its slot up since: on to the owner */
+		struct loop *to = nbdc_forward_to(c);
+
+		if (to) {
+			loop_send(to, &r->msg);
+			return;
+		}
+	}
+	if (!c) {
+		ret = -ENOMEM;
 		r->err = ret;
 		r->msg.cb = nbdc_fwd_done;
 		loop_send(blk_req_from_drv(r)->loop, &r->msg);
@@ -661,9 +704,13 @@ static int nbdc_submit(struct blk_node *bs, struct blk_request *req)
 		return -ENOTSUP;
 	r->bs = bs;
 	if (unlikely(c->target)) {
-		r->msg.cb = nbdc_fwd_run;
-		loop_send(c->target, &r->msg);
-		return 0;
+		struct loop *to = nbdc_forward_to(c);
+
+		if (to) {
+			r->msg.cb = nbdc_fwd_run;
+			loop_send(to, &r->msg);
+			return 0;
+		}
 	}
 	return nbdc_issue(c, r);
 }
