@@ -267,6 +267,8 @@ static void chunk_start(struct job_copy *c, struct copy_chunk *ch)
 /* The failed chunks: the error action for each. 0, or the error to report. */
 static int copy_handle_failed(struct job_copy *c)
 {
+	struct copy_chunk *stopped = NULL; /* failed before the resume: retried */
+
 	while (c->failed && !c->error) {
 		struct copy_chunk *ch = c->failed;
 		enum job_error_policy p =
@@ -274,9 +276,14 @@ static int copy_handle_failed(struct job_copy *c)
 		enum job_error_action a;
 
 		c->failed = ch->next;
-		a = job_error_action(c->job, p, ch->err_read, ch->err);
+		/* One stop covers every chunk that failed before the resume. */
+		if (stopped && job_policy_action(p, ch->err) == JOB_ACTION_STOP)
+			a = JOB_ACTION_STOP;
+		else
+			a = job_error_action(c->job, p, ch->err_read, ch->err);
 		if (a == JOB_ACTION_STOP && !job_cancelled(c->job)) {
-			chunk_start(c, ch); /* retried after job-resume */
+			ch->next = stopped;
+			stopped = ch;
 			continue;
 		}
 		if (a == JOB_ACTION_REPORT)
@@ -285,6 +292,17 @@ static int copy_handle_failed(struct job_copy *c)
 			c->o.ops->done(c, ch->off, ch->len, ch->err, c->o.opaque);
 		ch->next = c->free;
 		c->free = ch;
+	}
+	while (stopped) { /* after the list: a retry that fails at once joins it anew */
+		struct copy_chunk *ch = stopped;
+
+		stopped = ch->next;
+		if (c->error) {
+			ch->next = c->free;
+			c->free = ch;
+		} else {
+			chunk_start(c, ch);
+		}
 	}
 	return c->error;
 }

@@ -303,7 +303,7 @@ void job_ready(struct job *job)
 	loop_send(main_loop, &job->msg_ready);
 }
 
-static enum job_error_action policy_action(enum job_error_policy p, int err)
+enum job_error_action job_policy_action(enum job_error_policy p, int err)
 {
 	switch (p) {
 	case JOB_ERR_IGNORE:
@@ -320,7 +320,7 @@ static enum job_error_action policy_action(enum job_error_policy p, int err)
 enum job_error_action job_error_action(struct job *job, enum job_error_policy policy, bool is_read,
 				       int err)
 {
-	enum job_error_action a = policy_action(policy, err);
+	enum job_error_action a = job_policy_action(policy, err);
 
 	job->err_is_read = is_read;
 	job->err_action = a;

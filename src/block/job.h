@@ -314,6 +314,10 @@ void job_ready(struct job *job);
  * returns JOB_ACTION_STOP after the resume: the caller retries. */
 enum job_error_action job_error_action(struct job *job, enum job_error_policy policy, bool is_read,
 				       int err);
+/* What policy says for err, without telling anyone: once a "stop" has
+ * been answered, the other requests that failed before the resume are
+ * retried with it (QEMU pauses once for them all). */
+enum job_error_action job_policy_action(enum job_error_policy policy, int err);
 
 /* ---- bounded copy (job loop) ---------------------------------------------- */
 

@@ -107,16 +107,26 @@ void copy_pool_fill(struct copy_pool *p, uint64_t *cursor)
 
 int copy_pool_errors(struct copy_pool *p)
 {
-	for (unsigned i = 0; i < p->max_ops; i++) {
-		struct copy_pool_op *o = &p->ops[i];
+	bool resumed = false;
+
+	/* A second pass after a stop: ops that failed while the job was paused
+	 * sit in slots the first pass had passed. */
+	for (unsigned i = 0; i < p->max_ops || (resumed && i < 2 * p->max_ops); i++) {
+		struct copy_pool_op *o = &p->ops[i % p->max_ops];
+		enum job_error_policy pol = o->err_read ? p->on_source_error : p->on_target_error;
+		enum job_error_action a;
 		int err = o->err;
 
 		if (!err)
 			continue;
 		o->err = 0;
-		if (job_error_action(p->job, o->err_read ? p->on_source_error : p->on_target_error,
-				     o->err_read, err) == JOB_ACTION_REPORT)
+		/* One stop covers what failed before the resume: copied again. */
+		if (resumed && job_policy_action(pol, err) == JOB_ACTION_STOP)
+			continue;
+		a = job_error_action(p->job, pol, o->err_read, err);
+		if (a == JOB_ACTION_REPORT)
 			return err;
+		resumed |= a == JOB_ACTION_STOP;
 	}
 	return 0;
 }
