@@ -8,7 +8,8 @@
 # guest (export over ioplane's QMP, QEMU's device_add) and resized under it, and once
 # live-migrated to a second QEMU (on a second export of the same disk) while it writes,
 # once on packed virtqueues, and with a live external snapshot taken while the guest
-# writes and verifies. Once more through vhost-user-scsi-pci: the guest's sd driver sees
+# writes and verifies, and with a mirror that switches the export to a copy under the
+# guest's writes. Once more through vhost-user-scsi-pci: the guest's sd driver sees
 # LUN 0 (every check above) and LUN 1, writes and verifies both, and a LUN hot-added
 # over ioplane's QMP (x-vhost-user-scsi-lun-add) appears in it and verifies too.
 # Recipe: tests/vm/run-vm-test.sh.
@@ -18,7 +19,8 @@
 # $IOPLANE_VM_WORKDIR, default /var/tmp/ioplane-vmtest). Skips (77) when any is missing.
 # IOPLANE_VM_QUEUES="1 2 4" picks the runs; IOPLANE_VM_QCOW2=0 skips the qcow2 run,
 # IOPLANE_VM_MIGRATE=0 the migration, IOPLANE_VM_PACKED=0 the packed-ring run,
-# IOPLANE_VM_SNAPSHOT=0 the live-snapshot run, IOPLANE_VM_SCSI=0 the vhost-user-scsi run.
+# IOPLANE_VM_SNAPSHOT=0 the live-snapshot run, IOPLANE_VM_MIRROR=0 the mirror run,
+# IOPLANE_VM_SCSI=0 the vhost-user-scsi run.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -146,6 +148,24 @@ sys.exit(0 if any(e["depth"] == 0 and e["data"] for e in json.load(sys.stdin)) e
 	got=$(head -c $((mb * 1048576)) "$tmp/snap.raw" | sha256sum | cut -d' ' -f1)
 	[ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: the snapshot chain differs from the guest's data"; exit 1; }
 	echo "live snapshot: the chain holds the guest's data: ok"
+fi
+
+# A mirror to a new raw file while the guest writes and verifies: once the guest has
+# verified its serial pattern, blockdev-mirror copies the disk, and job-complete
+# switches the vhost-user-blk export to the copy under the guest's parallel writes,
+# reads and discard. The copy then holds the guest's serial pattern.
+if [ "${IOPLANE_VM_MIRROR:-1}" = 1 ]; then
+	m=$tmp/mirror.raw
+	run mirror --num-queues 2 --disk-mb 256 --no-image-checks \
+		--server-cmd "exec $serve --image d,file=\"\$VMTEST_IMG\",format=raw --monitor unix=\"\$VMTEST_SOCK.qmp\"" \
+		--hotplug "exec python3 $here/vm-hotplug.py d --mirror $m"
+	[ -f "$m" ] || { echo "FAIL: no mirror target"; exit 1; }
+	want=$(sed -n 's/.*VMTEST: pattern_sha256=\([0-9a-f]*\).*/\1/p' "$tmp/mirror.log" | head -n 1)
+	mb=$(sed -n 's/.*VMTEST: pattern_sha256=[0-9a-f]* pattern_mb=\([0-9]*\).*/\1/p' \
+		"$tmp/mirror.log" | head -n 1)
+	got=$(head -c $((mb * 1048576)) "$m" | sha256sum | cut -d' ' -f1)
+	[ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: the mirror target differs from the guest's data"; exit 1; }
+	echo "live mirror: the export switched and the copy holds the guest's data: ok"
 fi
 
 if [ "${IOPLANE_VM_QCOW2:-1}" = 1 ]; then
