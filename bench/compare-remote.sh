@@ -16,7 +16,9 @@
 #      engine, 4 KiB random reads at depth 64: IOPS and the re-exporter's CPU
 #      per I/O (from /proc/PID/task/*/schedstat).
 # Targets (ioplane / peer): 1 IOPS >= 1.0, CPU/IO <= 0.8; 2 IOPS >= 1.0, CPU/IO <= 0.8;
-# 3 CPU/IO <= 0.5. Each figure is the median of --reps runs alternating between the two.
+# 3 CPU/IO <= 0.5. Rows 1 and 3 also print the libraries' floors: bare clients of librbd
+# and libnbd (bench/floor/*.c, built with cc into the temporary directory) beside the
+# peer, and for row 3 the floor plus ioplane's NBD server alone. Each figure is the median of --reps runs alternating between the two.
 #
 #   bench/compare-remote.sh [--rows "1 2 3"] [--reps N] [--count N] [--quick]
 #
@@ -120,6 +122,24 @@ summary() {
 	done
 }
 
+# floor_build NAME LIBS...: compile bench/floor/NAME.c into $tmp (a bare client of the
+# library, to show the least CPU per request anything built on it can spend); 1 if no cc.
+floor_build() {
+	local name=$1
+	shift
+	[ -x "$tmp/$name" ] && return 0
+	have cc || return 1
+	cc -O2 -o "$tmp/$name" "$src/bench/floor/$name.c" "$@" 2>"$tmp/$name.cc.log"
+}
+
+# floor_row KEY LABEL PEER_KEY [NOTE]: the medians of KEY (a floor's runs) beside the
+# peer's CPU per I/O: what share of the peer's cost that part alone takes.
+floor_row() {
+	measure_end "$1"
+	printf '%-34s %10s %10s %6s  %s\n' "$2" "${CPU[$1]}" "${CPU[$3]}" \
+		"$(ratio "${CPU[$1]}" "${CPU[$3]}")" "${4:-(the library alone)}"
+}
+
 step=$((4194304 + 4096))
 row1() {
 	local rep w key out
@@ -143,6 +163,7 @@ row1() {
 	done
 	header "1  RBD, qemu-img bench vs ioplane bench, 4 KiB, depth 32, cache=none"
 	summary r1 qemu client
+	row1_floor
 	if have perf; then
 		echo "ioplane bench (reads), client CPU by library (perf, share of samples):"
 		timeout 300 perf record -q -o "$tmp/perf.data" -- "$IOPLANE" bench -f raw -t none \
@@ -150,6 +171,29 @@ row1() {
 		timeout 120 perf report -q -i "$tmp/perf.data" --sort dso --stdio 2>/dev/null |
 			awk 'NF >= 2 && $1 ~ /%$/ {printf "  %7s  %s\n", $1, $2}' | head -12
 	fi
+}
+
+# Row 1's floor: bench/floor/rbd-floor.c, librbd with nothing around it, CPU per I/O
+# beside qemu-img bench's: mode 0 wakes the submitting thread once per completion (an
+# event loop's minimum), mode 1 submits from librbd's callback thread (no wake-up).
+row1_floor() {
+	local rep w m out
+	floor_build rbd-floor -lrbd -lrados -lpthread ||
+		{ echo "row 1 floor: cannot build bench/floor/rbd-floor.c (cc, librbd-dev)"; return; }
+	for rep in $(seq "$reps"); do
+		for w in 0 1; do
+			for m in 0 1; do
+				out=$(timeout 300 "$tmp/rbd-floor" rbd bench "$count" 32 $step $m $w) ||
+					{ echo "row 1 floor: rbd-floor failed"; return; }
+				measure_add "f1$w$m" $out
+			done
+		done
+	done
+	echo "librbd alone (bench/floor/rbd-floor.c), client CPU us/IO beside qemu-img bench's:"
+	floor_row f100 "  reads, one wake-up per completion" r1rqemu
+	floor_row f101 "  reads, no wake-up" r1rqemu
+	floor_row f110 "  writes, one wake-up per completion" r1wqemu
+	floor_row f111 "  writes, no wake-up" r1wqemu
 }
 
 start_server() {
@@ -251,6 +295,34 @@ row3() {
 		"$(ratio "${IOPS[r3ioplane]}" "${IOPS[r3qsd]}")" ">=" 0
 	row "reads: re-exporter CPU us/IO" "${CPU[r3ioplane]}" "${CPU[r3qsd]}" \
 		"$(ratio "${CPU[r3ioplane]}" "${CPU[r3qsd]}")" "<=" 0.5
+	row3_floor "$bsock" "$fsock"
+}
+
+# Row 3's floor: what a re-exporter built on libnbd costs at least, as two parts measured
+# apart: a bare libnbd client (bench/floor/nbd-floor.c) reading the same nbdkit disk at
+# depth 64, and ioplane's NBD server alone (a null node) under the same fio job. Their
+# sum beside qsd's re-export is the best ratio such a re-exporter could reach.
+row3_floor() {
+	local bsock=$1 fsock=$2 rep out
+	floor_build nbd-floor -lnbd ||
+		{ echo "row 3 floor: cannot build bench/floor/nbd-floor.c (cc, libnbd-dev)"; return; }
+	for rep in $(seq "$reps"); do
+		out=$(timeout 300 "$tmp/nbd-floor" "$bsock" "$count" 64) ||
+			{ echo "row 3 floor: nbd-floor failed"; return; }
+		measure_add f3client $out
+		start_server "$fsock" "$IOPLANE" serve --iothreads 1 --image r,driver=null,size=1G \
+			--nbd unix="$fsock",image=r
+		server_run f3server timeout 300 fio --name=r --ioengine=nbd \
+			--uri="nbd+unix:///r?socket=$fsock" --rw=randread --bs=4k --iodepth=64 \
+			--size=1G --io_size=$((count * 4096)) --output-format=json
+		stop_server
+	done
+	echo "the parts of a libnbd re-exporter, CPU us/IO beside qsd's re-export:"
+	floor_row f3client "  libnbd client alone (nbd-floor)" r3qsd
+	floor_row f3server "  ioplane NBD server alone (null)" r3qsd "(no client part)"
+	CPU[f3sum]=$(python3 -c "print('%.2f' % (${CPU[f3client]} + ${CPU[f3server]}))")
+	printf '%-34s %10s %10s %6s  %s\n' "  the two together" "${CPU[f3sum]}" "${CPU[r3qsd]}" \
+		"$(ratio "${CPU[f3sum]}" "${CPU[r3qsd]}")" "(the best a libnbd re-exporter reaches)"
 }
 
 [ -x "$IOPLANE" ] || fail "no ioplane at $IOPLANE"
