@@ -28,6 +28,25 @@
  * ns, so the bucket le=2^k ns is the sum of bins 0 .. k-1, exactly. */
 #define LE_FIRST 10
 #define LE_LAST 34
+#define VALUE_LEN 32 /* a sample value: 20 digits, a point, 9 decimals */
+
+/* Room for more bytes than b->cap - b->len, or b->oom. */
+static bool mbuf_grow(struct mbuf *b, size_t more)
+{
+	size_t cap = b->cap ? b->cap : 16384;
+	char *p;
+
+	while (cap - b->len <= more)
+		cap *= 2;
+	p = realloc(b->p, cap);
+	if (!p) {
+		b->oom = true;
+		return false;
+	}
+	b->p = p;
+	b->cap = cap;
+	return true;
+}
 
 void mbuf_printf(struct mbuf *b, const char *fmt, ...)
 {
@@ -40,24 +59,27 @@ void mbuf_printf(struct mbuf *b, const char *fmt, ...)
 		va_start(ap, fmt);
 		n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
 		va_end(ap);
-		if (n < 0) {
+		if (n < 0)
 			b->oom = true;
-		} else if ((size_t)n < room) {
+		else if ((size_t)n < room)
 			b->len += (size_t)n;
-			return;
-		} else {
-			size_t cap = b->cap ? b->cap : 16384;
-			char *p;
-
-			while (cap - b->len <= (size_t)n)
-				cap *= 2;
-			p = realloc(b->p, cap);
-			if (!p)
-				b->oom = true;
-			else
-				b->p = p, b->cap = cap;
-		}
+		else if (mbuf_grow(b, (size_t)n))
+			continue;
+		return;
 	}
+}
+
+void mbuf_put(struct mbuf *b, const void *p, size_t len)
+{
+	if (b->oom || !len || (b->cap - b->len <= len && !mbuf_grow(b, len)))
+		return;
+	memcpy(b->p + b->len, p, len);
+	b->len += len;
+}
+
+static void mbuf_str(struct mbuf *b, const char *s)
+{
+	mbuf_put(b, s, strlen(s));
 }
 
 void mbuf_free(struct mbuf *b)
@@ -105,20 +127,20 @@ static const struct op_counter {
 	 offsetof(struct blk_op_stats, errors)},
 };
 
-/* A per-node value: a uint64_t of struct blk_stats, scaled by 1/div. */
+/* A per-node value: a uint64_t of struct blk_stats; ns: nanoseconds, shown in seconds. */
 static const struct node_value {
 	const char *name, *type, *help;
 	size_t off;
-	double div;
+	bool ns;
 } node_values[] = {
 	{"ioplane_node_in_flight", "gauge", "Requests submitted to the node and not completed",
-	 offsetof(struct blk_stats, in_flight), 1},
+	 offsetof(struct blk_stats, in_flight), false},
 	{"ioplane_node_throttle_waits_total", "counter",
 	 "Requests a throttle node held back for its group's limits",
-	 offsetof(struct blk_stats, throttle_waits), 1},
+	 offsetof(struct blk_stats, throttle_waits), false},
 	{"ioplane_node_throttle_wait_seconds_total", "counter",
 	 "Time requests waited in a throttle node", offsetof(struct blk_stats, throttle_wait_ns),
-	 1e9},
+	 true},
 };
 
 static uint64_t u64_at(const void *base, size_t off)
@@ -127,6 +149,24 @@ static uint64_t u64_at(const void *base, size_t off)
 
 	memcpy(&v, (const char *)base + off, sizeof(v));
 	return v;
+}
+
+/* A sample's value: an integer, or nanoseconds as decimal seconds, exactly
+ * (no float formatting: a counter past 2^53, or past 9 digits in %g, would
+ * lose its low digits and seem to stand still). */
+static const char *value(char buf[VALUE_LEN], uint64_t v, bool ns)
+{
+	char *p = buf + VALUE_LEN - 1;
+	int digits = 0;
+
+	*p = 0;
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+		if (ns && ++digits == 9)
+			*--p = '.';
+	} while (v || (ns && digits < 10));
+	return p;
 }
 
 static void node_op_counters(struct mbuf *b, const struct node_snap *n, size_t nn)
@@ -147,36 +187,58 @@ static void node_op_counters(struct mbuf *b, const struct node_snap *n, size_t n
 
 static void node_value_families(struct mbuf *b, const struct node_snap *n, size_t nn)
 {
-	char lbl[256];
+	char lbl[256], val[VALUE_LEN];
 
 	for (size_t c = 0; c < ARRAY_SIZE(node_values); c++) {
 		const struct node_value *v = &node_values[c];
 
 		family(b, v->name, v->type, v->help);
 		for (size_t i = 0; i < nn; i++)
-			mbuf_printf(b, "%s{node=\"%s\"} %.9g\n", v->name,
+			mbuf_printf(b, "%s{node=\"%s\"} %s\n", v->name,
 				    esc(n[i].name, lbl, sizeof(lbl)),
-				    (double)u64_at(&n[i].st, v->off) / v->div);
+				    value(val, u64_at(&n[i].st, v->off), v->ns));
 	}
+}
+
+/* The le= label of each bucket, 2^k ns in seconds: formatted once. */
+static const char *bucket_le(unsigned k)
+{
+	static char le[LE_LAST + 1][24];
+
+	if (!le[k][0])
+		snprintf(le[k], sizeof(le[k]), "%.9g", (double)(1ull << k) / 1e9);
+	return le[k];
 }
 
 static void histogram(struct mbuf *b, const char *node, const char *op,
 		      const struct blk_op_stats *o)
 {
 	static const char name[] = "ioplane_node_latency_seconds";
+	char val[VALUE_LEN], pre[600]; /* node: an escaped label of < 256 bytes */
+	int plen =
+		snprintf(pre, sizeof(pre), "%s_bucket{node=\"%s\",op=\"%s\",le=\"", name, node, op);
 	uint64_t cum = 0;
 	unsigned bin = 0;
 
+	if (plen < 0 || (size_t)plen >= sizeof(pre)) {
+		b->oom = true; /* cannot happen: reported as a failed render */
+		return;
+	}
+
+	/* Most of a scrape's lines: put together without printf. */
 	for (unsigned k = LE_FIRST; k <= LE_LAST; k++) {
 		while (bin < k)
 			cum += o->hist[bin++];
-		mbuf_printf(b, "%s_bucket{node=\"%s\",op=\"%s\",le=\"%.9g\"} %llu\n", name, node,
-			    op, (double)(1ull << k) / 1e9, (unsigned long long)cum);
+		mbuf_put(b, pre, (size_t)plen);
+		mbuf_str(b, bucket_le(k));
+		mbuf_str(b, "\"} ");
+		mbuf_str(b, value(val, cum, false));
+		mbuf_put(b, "\n", 1);
 	}
 	mbuf_printf(b, "%s_bucket{node=\"%s\",op=\"%s\",le=\"+Inf\"} %llu\n", name, node, op,
 		    (unsigned long long)o->ops);
-	mbuf_printf(b, "%s_sum{node=\"%s\",op=\"%s\"} %.9f\n", name, node, op,
-		    (double)o->total_ns / 1e9);
+	mbuf_printf(b, "%s_sum{node=\"%s\",op=\"%s\"} %s\n", name, node, op,
+		    value(val, o->total_ns, true));
 	mbuf_printf(b, "%s_count{node=\"%s\",op=\"%s\"} %llu\n", name, node, op,
 		    (unsigned long long)o->ops);
 }
@@ -260,21 +322,21 @@ static void render_exports(struct mbuf *b)
 static const struct loop_counter {
 	const char *name, *type, *help;
 	size_t off; /* in struct loop_stats; SIZE_MAX: the thread's CPU time */
-	double div;
+	bool ns;
 } loop_counters[] = {
 	{"ioplane_iothread_rounds_total", "counter", "Dispatch rounds of the iothread's loop",
-	 offsetof(struct loop_stats, rounds), 1},
+	 offsetof(struct loop_stats, rounds), false},
 	{"ioplane_iothread_sleeps_total", "counter", "Times the loop went to sleep in the kernel",
-	 offsetof(struct loop_stats, sleeps), 1},
+	 offsetof(struct loop_stats, sleeps), false},
 	{"ioplane_iothread_poll_hits_total", "counter", "Busy-polling phases that found work",
-	 offsetof(struct loop_stats, poll_hits), 1},
+	 offsetof(struct loop_stats, poll_hits), false},
 	{"ioplane_iothread_poll_misses_total", "counter",
 	 "Busy-polling phases that found nothing and slept",
-	 offsetof(struct loop_stats, poll_misses), 1},
+	 offsetof(struct loop_stats, poll_misses), false},
 	{"ioplane_iothread_poll_seconds", "gauge", "The loop's current adaptive polling time",
-	 offsetof(struct loop_stats, poll_ns), 1e9},
+	 offsetof(struct loop_stats, poll_ns), true},
 	{"ioplane_iothread_busy_seconds_total", "counter",
-	 "CPU time the iothread used (user and system, polling included)", SIZE_MAX, 1e9},
+	 "CPU time the iothread used (user and system, polling included)", SIZE_MAX, true},
 };
 
 struct loop_pass {
@@ -286,7 +348,7 @@ static void iothread_line(void *ctx, const char *id, struct iothread *t)
 {
 	struct loop_pass *p = ctx;
 	struct loop_stats st;
-	char lbl[256];
+	char lbl[256], val[VALUE_LEN];
 	uint64_t v;
 
 	if (p->c->off == SIZE_MAX) {
@@ -295,8 +357,8 @@ static void iothread_line(void *ctx, const char *id, struct iothread *t)
 		loop_get_stats(iothread_loop(t), &st);
 		v = u64_at(&st, p->c->off);
 	}
-	mbuf_printf(p->b, "%s{iothread=\"%s\"} %.9g\n", p->c->name, esc(id, lbl, sizeof(lbl)),
-		    (double)v / p->c->div);
+	mbuf_printf(p->b, "%s{iothread=\"%s\"} %s\n", p->c->name, esc(id, lbl, sizeof(lbl)),
+		    value(val, v, p->c->ns));
 }
 
 static void render_iothreads(struct mbuf *b)

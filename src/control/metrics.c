@@ -74,9 +74,7 @@ static void reply(struct mclient *c, const char *status, const char *type, const
 		    "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
 		    "Connection: close\r\n\r\n",
 		    status, type, blen);
-	if (body && blen && !c->out.oom) {
-		mbuf_printf(&c->out, "%.*s", (int)blen, body);
-	}
+	mbuf_put(&c->out, body, blen);
 }
 
 static void reply_text(struct mclient *c, const char *status)

@@ -24,6 +24,9 @@ struct mbuf {
 void mbuf_printf(struct mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mbuf_free(struct mbuf *b);
 
+/* Append len bytes. */
+void mbuf_put(struct mbuf *b, const void *p, size_t len);
+
 /* Append every metric family (metrics-text.c). */
 void metrics_render(struct mbuf *b);
 
