@@ -6,7 +6,8 @@
 2. HTTP: 404 for another path, 405 for another method, 400 for garbage, 431 for a
    request over 8 KiB; HTTP/1.1 connections persist (pipelining too) unless Connection:
    close, HTTP/1.0 or a body says otherwise; slow, half-open and vanishing clients, and
-   more clients than the limit, neither stop a scrape nor the NBD export.
+   more clients than the limit, neither stop a scrape nor the NBD export. Scraping
+   neither wakes nor runs an idle iothread.
 3. --metrics tcp= refuses a non-loopback address unless public=on."""
 import os
 import re
@@ -229,6 +230,33 @@ def keep_alive(msock, nsock):
             fail('%r: Connection %r, expected %s' % (req, hdr.get('Connection'), conn))
 
 
+def iothread_counts(pid):
+    """{tid: (voluntary, involuntary context switches, CPU ns)} of the iothreads."""
+    out = {}
+    for d in os.listdir('/proc/%d/task' % pid):
+        t = '/proc/%d/task/%s/' % (pid, d)
+        if open(t + 'comm').read().startswith('iothread'):
+            st = dict(l.split(':', 1) for l in open(t + 'status'))
+            out[d] = (int(st['voluntary_ctxt_switches']), int(st['nonvoluntary_ctxt_switches']),
+                      int(open(t + 'schedstat').read().split()[0]))
+    return out
+
+
+def iothreads_left_alone(pid, msock):
+    """A scrape reads the iothreads' counters from the main thread: idle iothreads are
+    neither woken (no message, eventfd or lock of theirs) nor run, over 50 scrapes."""
+    before = iothread_counts(pid)
+    c = Conn(msock)
+    for _ in range(50):
+        c.s.sendall(b'GET /metrics HTTP/1.1\r\n\r\n')
+        if c.reply()[0] != 'HTTP/1.1 200 OK':
+            fail('scrape on a kept connection')
+    c.close()
+    after = iothread_counts(pid)
+    if len(before) != 2 or before != after:
+        fail('scraping disturbed the idle iothreads: %r -> %r' % (before, after))
+
+
 def hostile_clients(msock, nsock):
     """Stuck and vanishing clients, more of them than the limit, then a scrape."""
     held = []
@@ -305,6 +333,7 @@ def main():
             counters(d, tmp, msock, nsock)
             http_errors(msock)
             keep_alive(msock, nsock)
+            iothreads_left_alone(d.proc.pid, msock)
             hostile_clients(msock, nsock)
             if d.proc.poll() is not None:
                 fail('the daemon died')
