@@ -214,19 +214,21 @@ def scraper(seconds):
 
 
 def thread_counts(pid):
-    """{tid: (CPU ns, voluntary, involuntary context switches)} of the daemon's threads:
-    schedstat's run time is in ns (stat's ticks are 10 ms, too coarse for a scrape)."""
+    """{name: (CPU ns, voluntary, involuntary context switches, CPU migrations)} of the
+    daemon's threads: schedstat's run time is in ns (stat's ticks are 10 ms, too coarse
+    for a scrape)."""
     out = {}
     for d in glob.glob('/proc/%d/task/*' % pid):
         try:
             ns = int(open(d + '/schedstat').read().split()[0])
             st = dict(l.split(':', 1) for l in open(d + '/status'))
             comm = open(d + '/comm').read().strip()
+            mig = [l.split(':')[1] for l in open(d + '/sched') if 'nr_migrations' in l]
         except OSError:
             continue
         out[comm if comm.startswith('iothread') else 'main' if int(os.path.basename(d)) == pid
             else comm] = (ns, int(st['voluntary_ctxt_switches']),
-                          int(st['nonvoluntary_ctxt_switches']))
+                          int(st['nonvoluntary_ctxt_switches']), int(float(mig[0])) if mig else 0)
     return out
 
 
@@ -274,13 +276,14 @@ def one_run(p, i, scraped):
     t1, q1 = thread_counts(p.pid), interrupts()
     d = {k: [b - a for a, b in zip(t0[k], t1[k])] for k in t1 if k in t0}
     ios, secs = max(r['total_ios'], 1), RUNTIME
-    io, main = d.get('iothread0', [0, 0, 0]), d.get('main', [0, 0, 0])
+    io, main = d.get('iothread0', [0] * 4), d.get('main', [0] * 4)
     print('run %d %-11s %8.0f IOPS | ns/IO iothread %5.0f fio %5.0f | csw/s (vol/invol) '
-          'iothread %d/%d fio %d/%d | IPI/s RES %d CAL %d | main thread %.1f ms'
+          'iothread %d/%d fio %d/%d | iothread migrations/s %.1f | IPI/s RES %d CAL %d | '
+          'main thread %.1f ms'
           % (i + 1, 'scraped' if sc else 'not scraped', r['iops'], io[0] / ios,
              r['cpu'] * 1e9 / ios, io[1] / secs, io[2] / secs, r['vcsw'] / secs,
-             r['icsw'] / secs, (q1['RES'] - q0['RES']) / secs, (q1['CAL'] - q0['CAL']) / secs,
-             main[0] / 1e6), flush=True)
+             r['icsw'] / secs, io[3] / secs, (q1['RES'] - q0['RES']) / secs,
+             (q1['CAL'] - q0['CAL']) / secs, main[0] / 1e6), flush=True)
     if sc:
         n = max(sc.n, 1)
         print('      %d scrapes on %d connection(s); per scrape: scraper %.0f us of CPU and '
