@@ -270,7 +270,8 @@ def run(scraped, extra, seconds):
 
 
 def one_run(p, i, scraped):
-    """One fio run; prints its line and returns (IOPS, main thread CPU ns, scraper)."""
+    """One fio run; prints its line and returns (IOPS, main thread CPU ns, scraper,
+    fio's and the iothread's CPU ns)."""
     t0, q0 = thread_counts(p.pid), interrupts()
     r, sc = run(scraped, ['--time_based', '--runtime=%d' % RUNTIME], RUNTIME)
     t1, q1 = thread_counts(p.pid), interrupts()
@@ -290,7 +291,7 @@ def one_run(p, i, scraped):
               '%.1f context switches, daemon main thread %.1f/%.1f (vol/invol)'
               % (sc.n, sc.connects, sc.cpu * 1e6 / n, sc.csw / n, main[1] / n, main[2] / n),
               flush=True)
-    return r['iops'], main[0], sc
+    return r['iops'], main[0], sc, r['cpu'] * 1e9 + io[0]
 
 
 def timed():
@@ -312,11 +313,17 @@ def timed():
         n = statistics.median(x[2].n for x in res[True])
         # The main thread also serves fio's NBD handshake: a run without scraping is
         # the baseline.
+        main = (med(True, 1) - med(False, 1)) / max(n, 1)
+        scr = statistics.median(x[2].cpu / max(x[2].n, 1) for x in res[True]) * 1e9
         print('median CPU per scrape: daemon main thread %.0f us, scraper (%s) %.0f us'
-              % ((med(True, 1) - med(False, 1)) / max(n, 1) / 1e3,
-                 {'c': 'C, one kept connection', 'python': 'python, one kept connection',
-                  'close': 'python, a connection per scrape'}[SCRAPER],
-                 statistics.median(x[2].cpu / max(x[2].n, 1) for x in res[True]) * 1e6))
+              % (main / 1e3, {'c': 'C, one kept connection', 'python': 'python, one kept '
+                              'connection', 'close': 'python, a connection per scrape'}[SCRAPER],
+                 scr / 1e3))
+        # A count, not a time: what the scrapes took from the CPUs fio and the iothread
+        # fill, the loss to expect where they share them (not the noise of the clock).
+        dp = statistics.median(x[3] for x in res[True])
+        print('CPU of the scrapes / CPU of fio and the iothread: daemon %.2f%%, scraper '
+              '%.2f%%' % (100 * main * n / dp, 100 * scr * n / dp))
         print('ratio scraped/not scraped: %.3f (target >= 0.99)' % (b / a))
     else:
         print('ratio A\'/A (the noise floor, neither side scraped): %.3f' % (b / a))
