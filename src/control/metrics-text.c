@@ -104,13 +104,21 @@ static const char *esc(const char *s, char *buf, size_t len)
 
 static void family(struct mbuf *b, const char *name, const char *type, const char *help)
 {
-	mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	mbuf_str(b, "# HELP ");
+	mbuf_str(b, name);
+	mbuf_put(b, " ", 1);
+	mbuf_str(b, help);
+	mbuf_str(b, "\n# TYPE ");
+	mbuf_str(b, name);
+	mbuf_put(b, " ", 1);
+	mbuf_str(b, type);
+	mbuf_put(b, "\n", 1);
 }
 
 /* ---- nodes --------------------------------------------------------------- */
 
 struct node_snap {
-	const char *name;
+	char name[256]; /* escaped for a label value */
 	struct blk_stats st;
 };
 
@@ -169,34 +177,53 @@ static const char *value(char buf[VALUE_LEN], uint64_t v, bool ns)
 	return p;
 }
 
+/* One sample of a node: NAME{node="NODE"[,op="OP"][,le="LE"]} VALUE, put
+ * together without printf: these are nearly all of a scrape's lines. */
+static void node_line(struct mbuf *b, const char *name, const char *node, const char *op,
+		      const char *le, const char *val)
+{
+	mbuf_str(b, name);
+	mbuf_str(b, "{node=\"");
+	mbuf_str(b, node);
+	if (op) {
+		mbuf_str(b, "\",op=\"");
+		mbuf_str(b, op);
+	}
+	if (le) {
+		mbuf_str(b, "\",le=\"");
+		mbuf_str(b, le);
+	}
+	mbuf_str(b, "\"} ");
+	mbuf_str(b, val);
+	mbuf_put(b, "\n", 1);
+}
+
 static void node_op_counters(struct mbuf *b, const struct node_snap *n, size_t nn)
 {
-	char lbl[256];
+	char val[VALUE_LEN];
 
 	for (size_t c = 0; c < ARRAY_SIZE(op_counters); c++) {
 		family(b, op_counters[c].name, "counter", op_counters[c].help);
 		for (size_t i = 0; i < nn; i++)
 			for (unsigned op = 0; op < BLK_OP__COUNT; op++)
-				mbuf_printf(b, "%s{node=\"%s\",op=\"%s\"} %llu\n",
-					    op_counters[c].name, esc(n[i].name, lbl, sizeof(lbl)),
-					    blk_op_name((enum blk_op)op),
-					    (unsigned long long)u64_at(&n[i].st.op[op],
-								       op_counters[c].off));
+				node_line(b, op_counters[c].name, n[i].name,
+					  blk_op_name((enum blk_op)op), NULL,
+					  value(val, u64_at(&n[i].st.op[op], op_counters[c].off),
+						false));
 	}
 }
 
 static void node_value_families(struct mbuf *b, const struct node_snap *n, size_t nn)
 {
-	char lbl[256], val[VALUE_LEN];
+	char val[VALUE_LEN];
 
 	for (size_t c = 0; c < ARRAY_SIZE(node_values); c++) {
 		const struct node_value *v = &node_values[c];
 
 		family(b, v->name, v->type, v->help);
 		for (size_t i = 0; i < nn; i++)
-			mbuf_printf(b, "%s{node=\"%s\"} %s\n", v->name,
-				    esc(n[i].name, lbl, sizeof(lbl)),
-				    value(val, u64_at(&n[i].st, v->off), v->ns));
+			node_line(b, v->name, n[i].name, NULL, NULL,
+				  value(val, u64_at(&n[i].st, v->off), v->ns));
 	}
 }
 
@@ -213,46 +240,31 @@ static const char *bucket_le(unsigned k)
 static void histogram(struct mbuf *b, const char *node, const char *op,
 		      const struct blk_op_stats *o)
 {
-	static const char name[] = "ioplane_node_latency_seconds";
-	char val[VALUE_LEN], pre[600]; /* node: an escaped label of < 256 bytes */
-	int plen =
-		snprintf(pre, sizeof(pre), "%s_bucket{node=\"%s\",op=\"%s\",le=\"", name, node, op);
+	char val[VALUE_LEN];
 	uint64_t cum = 0;
 	unsigned bin = 0;
 
-	if (plen < 0 || (size_t)plen >= sizeof(pre)) {
-		b->oom = true; /* cannot happen: reported as a failed render */
-		return;
-	}
-
-	/* Most of a scrape's lines: put together without printf. */
 	for (unsigned k = LE_FIRST; k <= LE_LAST; k++) {
 		while (bin < k)
 			cum += o->hist[bin++];
-		mbuf_put(b, pre, (size_t)plen);
-		mbuf_str(b, bucket_le(k));
-		mbuf_str(b, "\"} ");
-		mbuf_str(b, value(val, cum, false));
-		mbuf_put(b, "\n", 1);
+		node_line(b, "ioplane_node_latency_seconds_bucket", node, op, bucket_le(k),
+			  value(val, cum, false));
 	}
-	mbuf_printf(b, "%s_bucket{node=\"%s\",op=\"%s\",le=\"+Inf\"} %llu\n", name, node, op,
-		    (unsigned long long)o->ops);
-	mbuf_printf(b, "%s_sum{node=\"%s\",op=\"%s\"} %s\n", name, node, op,
-		    value(val, o->total_ns, true));
-	mbuf_printf(b, "%s_count{node=\"%s\",op=\"%s\"} %llu\n", name, node, op,
-		    (unsigned long long)o->ops);
+	node_line(b, "ioplane_node_latency_seconds_bucket", node, op, "+Inf",
+		  value(val, o->ops, false));
+	node_line(b, "ioplane_node_latency_seconds_sum", node, op, NULL,
+		  value(val, o->total_ns, true));
+	node_line(b, "ioplane_node_latency_seconds_count", node, op, NULL,
+		  value(val, o->ops, false));
 }
 
 static void node_histograms(struct mbuf *b, const struct node_snap *n, size_t nn)
 {
-	char lbl[256];
-
 	family(b, "ioplane_node_latency_seconds", "histogram",
 	       "Time from submission to completion of the node's requests");
 	for (size_t i = 0; i < nn; i++)
 		for (unsigned op = 0; op < BLK_OP__COUNT; op++)
-			histogram(b, esc(n[i].name, lbl, sizeof(lbl)), blk_op_name((enum blk_op)op),
-				  &n[i].st.op[op]);
+			histogram(b, n[i].name, blk_op_name((enum blk_op)op), &n[i].st.op[op]);
 }
 
 static void render_nodes(struct mbuf *b)
@@ -269,7 +281,7 @@ static void render_nodes(struct mbuf *b)
 		return;
 	}
 	for (bs = blk_graph_next(NULL); bs && i < nn; bs = blk_graph_next(bs), i++) {
-		snap[i].name = blk_node_name(bs);
+		esc(blk_node_name(bs), snap[i].name, sizeof(snap[i].name));
 		blk_get_stats(bs, &snap[i].st);
 	}
 	node_op_counters(b, snap, i);

@@ -49,6 +49,7 @@ struct metrics_server {
 	struct mclient *clients;
 	unsigned nclients;
 	uint64_t evicted; /* clients dropped to make room for a new one */
+	struct mbuf body; /* the text of the last scrape: its room is kept for the next */
 };
 
 static void client_free(struct mclient *c)
@@ -166,17 +167,18 @@ static void handle_request(struct mclient *c)
 	tlen = (size_t)(sp2 - sp1 - 1);
 	/* A query string (Prometheus adds none; curl users might) is ignored. */
 	if ((tlen == 8 || (tlen > 8 && sp1[9] == '?')) && !memcmp(sp1 + 1, "/metrics", 8)) {
-		struct mbuf body = {0};
+		struct mbuf *body = &c->m->body;
 
-		metrics_render(&body);
-		if (body.oom) {
+		body->len = 0;
+		metrics_render(body);
+		if (body->oom) {
+			mbuf_free(body);
 			c->keep = false;
 			reply_text(c, "503 Service Unavailable");
 		} else {
-			reply(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body.p,
-			      body.len);
+			reply(c, "200 OK", "text/plain; version=0.0.4; charset=utf-8", body->p,
+			      body->len);
 		}
-		mbuf_free(&body);
 		return;
 	}
 	reply_text(c, "404 Not Found");
@@ -404,5 +406,6 @@ void metrics_server_free(struct metrics_server *m)
 		client_free(m->clients);
 	loop_fd_del(m->loop, &m->listen_h);
 	close(m->listen_h.fd);
+	mbuf_free(&m->body);
 	free(m);
 }
