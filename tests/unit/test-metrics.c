@@ -6,10 +6,17 @@
 #include "block/graph.h"
 #include "control/metrics.h"
 
-/* The statistics slot a read on this thread filled in. */
-static struct blk_stats *slot_of(struct blk_node *bs)
+/* A null node named name, and the statistics slot that a read on this
+ * thread filled in. */
+static struct blk_stats *named_node(const char *name, struct blk_node **out)
 {
+	struct blk_node *bs = test_open("driver=null,size=1M");
+	char err[128], buf[4096];
 	unsigned i = 0;
+
+	assert_int_equal(blk_node_set_name(bs, name, err, sizeof(err)), 0);
+	assert_int_equal(blk_pread(bs, 0, buf, sizeof(buf)), 0);
+	*out = bs;
 
 	while (i < LOOP_MAX_THREADS - 1 && !bs->stats[i])
 		i++;
@@ -42,15 +49,11 @@ static void want_line(const char *text, const char *line)
  * stand still between scrapes. */
 static void test_exact_values(void **state)
 {
-	struct blk_node *bs = test_open("driver=null,size=1M");
-	char err[128], buf[4096];
-	struct blk_stats *st;
+	struct blk_node *bs;
+	struct blk_stats *st = named_node("m0", &bs);
 	char *text;
 
 	(void)state;
-	assert_int_equal(blk_node_set_name(bs, "m0", err, sizeof(err)), 0);
-	assert_int_equal(blk_pread(bs, 0, buf, sizeof(buf)), 0);
-	st = slot_of(bs);
 	st->op[BLK_OP_READ].ops = 12345678901234567ull;
 	st->op[BLK_OP_READ].total_ns = 1152921504606846977ull;
 	st->throttle_waits = 1234567891;
@@ -72,15 +75,11 @@ static void test_exact_values(void **state)
 /* Bucket le=2^k ns holds the bins below k: cumulative, ending at +Inf = count. */
 static void test_histogram(void **state)
 {
-	struct blk_node *bs = test_open("driver=null,size=1M");
-	char err[128], buf[4096];
-	struct blk_op_stats *o;
+	struct blk_node *bs;
+	struct blk_op_stats *o = &named_node("h0", &bs)->op[BLK_OP_WRITE];
 	char *text;
 
 	(void)state;
-	assert_int_equal(blk_node_set_name(bs, "h0", err, sizeof(err)), 0);
-	assert_int_equal(blk_pread(bs, 0, buf, sizeof(buf)), 0);
-	o = &slot_of(bs)->op[BLK_OP_WRITE];
 	memset(o->hist, 0, sizeof(o->hist));
 	o->hist[9] = 3;                    /* [512, 1024) ns: in the first bucket, le=1.024e-06 */
 	o->hist[10] = 4;                   /* [1024, 2048) ns: from le=2.048e-06 on */
