@@ -309,6 +309,10 @@ def timed():
     med = lambda b, k: statistics.median(x[k] for x in res[b])
     a, b = med(False, 0), med(True, 0)
     print('median IOPS: not scraped %.0f, %s %.0f' % (a, b_name, b))
+    # The spread of the pairs' own ratios: how far one pair is from the median ratio.
+    pr = sorted(y[0] / x[0] for x, y in zip(res[False], res[True]))
+    print('ratio of each pair: %s (from %.3f to %.3f)'
+          % (' '.join('%.3f' % r for r in pr), pr[0], pr[-1]))
     if not AA:
         n = statistics.median(x[2].n for x in res[True])
         # The main thread also serves fio's NBD handshake: a run without scraping is
