@@ -28,6 +28,7 @@
  * ns, so the bucket le=2^k ns is the sum of bins 0 .. k-1, exactly. */
 #define LE_FIRST 10
 #define LE_LAST 34
+#define NODE_OPEN "{node=\""
 #define VALUE_LEN 32 /* a sample value: 20 digits, a point, 9 decimals */
 
 /* Room for more bytes than b->cap - b->len, or b->oom. */
@@ -177,14 +178,14 @@ static const char *value(char buf[VALUE_LEN], uint64_t v, bool ns)
 	return p;
 }
 
-/* One sample of a node: NAME{node="NODE"[,op="OP"][,le="LE"]} VALUE, put
- * together without printf: these are nearly all of a scrape's lines. */
-static void node_line(struct mbuf *b, const char *name, const char *node, const char *op,
-		      const char *le, const char *val)
+/* One sample: NAME{KEY="KVAL"[,op="OP"][,le="LE"]} VALUE, put together without
+ * printf (nearly all of a scrape's lines); open is `{KEY="`, kval is escaped. */
+static void sample(struct mbuf *b, const char *name, const char *open, const char *kval,
+		   const char *op, const char *le, const char *val)
 {
 	mbuf_str(b, name);
-	mbuf_str(b, "{node=\"");
-	mbuf_str(b, node);
+	mbuf_str(b, open);
+	mbuf_str(b, kval);
 	if (op) {
 		mbuf_str(b, "\",op=\"");
 		mbuf_str(b, op);
@@ -206,10 +207,10 @@ static void node_op_counters(struct mbuf *b, const struct node_snap *n, size_t n
 		family(b, op_counters[c].name, "counter", op_counters[c].help);
 		for (size_t i = 0; i < nn; i++)
 			for (unsigned op = 0; op < BLK_OP__COUNT; op++)
-				node_line(b, op_counters[c].name, n[i].name,
-					  blk_op_name((enum blk_op)op), NULL,
-					  value(val, u64_at(&n[i].st.op[op], op_counters[c].off),
-						false));
+				sample(b, op_counters[c].name, NODE_OPEN, n[i].name,
+				       blk_op_name((enum blk_op)op), NULL,
+				       value(val, u64_at(&n[i].st.op[op], op_counters[c].off),
+					     false));
 	}
 }
 
@@ -222,8 +223,8 @@ static void node_value_families(struct mbuf *b, const struct node_snap *n, size_
 
 		family(b, v->name, v->type, v->help);
 		for (size_t i = 0; i < nn; i++)
-			node_line(b, v->name, n[i].name, NULL, NULL,
-				  value(val, u64_at(&n[i].st, v->off), v->ns));
+			sample(b, v->name, NODE_OPEN, n[i].name, NULL, NULL,
+			       value(val, u64_at(&n[i].st, v->off), v->ns));
 	}
 }
 
@@ -247,15 +248,15 @@ static void histogram(struct mbuf *b, const char *node, const char *op,
 	for (unsigned k = LE_FIRST; k <= LE_LAST; k++) {
 		while (bin < k)
 			cum += o->hist[bin++];
-		node_line(b, "ioplane_node_latency_seconds_bucket", node, op, bucket_le(k),
-			  value(val, cum, false));
+		sample(b, "ioplane_node_latency_seconds_bucket", NODE_OPEN, node, op, bucket_le(k),
+		       value(val, cum, false));
 	}
-	node_line(b, "ioplane_node_latency_seconds_bucket", node, op, "+Inf",
-		  value(val, o->ops, false));
-	node_line(b, "ioplane_node_latency_seconds_sum", node, op, NULL,
-		  value(val, o->total_ns, true));
-	node_line(b, "ioplane_node_latency_seconds_count", node, op, NULL,
-		  value(val, o->ops, false));
+	sample(b, "ioplane_node_latency_seconds_bucket", NODE_OPEN, node, op, "+Inf",
+	       value(val, o->ops, false));
+	sample(b, "ioplane_node_latency_seconds_sum", NODE_OPEN, node, op, NULL,
+	       value(val, o->total_ns, true));
+	sample(b, "ioplane_node_latency_seconds_count", NODE_OPEN, node, op, NULL,
+	       value(val, o->ops, false));
 }
 
 static void node_histograms(struct mbuf *b, const struct node_snap *n, size_t nn)
@@ -369,8 +370,8 @@ static void iothread_line(void *ctx, const char *id, struct iothread *t)
 		loop_get_stats(iothread_loop(t), &st);
 		v = u64_at(&st, p->c->off);
 	}
-	mbuf_printf(p->b, "%s{iothread=\"%s\"} %s\n", p->c->name, esc(id, lbl, sizeof(lbl)),
-		    value(val, v, p->c->ns));
+	sample(p->b, p->c->name, "{iothread=\"", esc(id, lbl, sizeof(lbl)), NULL, NULL,
+	       value(val, v, p->c->ns));
 }
 
 static void render_iothreads(struct mbuf *b)
