@@ -28,6 +28,26 @@
  * ns, so the bucket le=2^k ns is the sum of bins 0 .. k-1, exactly. */
 #define LE_FIRST 10
 #define LE_LAST 34
+#define NODE_OPEN "{node=\""
+#define VALUE_LEN 32 /* a sample value: 20 digits, a point, 9 decimals */
+
+/* Room for more bytes than b->cap - b->len, or b->oom. */
+static bool mbuf_grow(struct mbuf *b, size_t more)
+{
+	size_t cap = b->cap ? b->cap : 16384;
+	char *p;
+
+	while (cap - b->len <= more)
+		cap *= 2;
+	p = realloc(b->p, cap);
+	if (!p) {
+		b->oom = true;
+		return false;
+	}
+	b->p = p;
+	b->cap = cap;
+	return true;
+}
 
 void mbuf_printf(struct mbuf *b, const char *fmt, ...)
 {
@@ -40,24 +60,27 @@ void mbuf_printf(struct mbuf *b, const char *fmt, ...)
 		va_start(ap, fmt);
 		n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
 		va_end(ap);
-		if (n < 0) {
+		if (n < 0)
 			b->oom = true;
-		} else if ((size_t)n < room) {
+		else if ((size_t)n < room)
 			b->len += (size_t)n;
-			return;
-		} else {
-			size_t cap = b->cap ? b->cap : 16384;
-			char *p;
-
-			while (cap - b->len <= (size_t)n)
-				cap *= 2;
-			p = realloc(b->p, cap);
-			if (!p)
-				b->oom = true;
-			else
-				b->p = p, b->cap = cap;
-		}
+		else if (mbuf_grow(b, (size_t)n))
+			continue;
+		return;
 	}
+}
+
+void mbuf_put(struct mbuf *b, const void *p, size_t len)
+{
+	if (b->oom || !len || (b->cap - b->len <= len && !mbuf_grow(b, len)))
+		return;
+	memcpy(b->p + b->len, p, len);
+	b->len += len;
+}
+
+static void mbuf_str(struct mbuf *b, const char *s)
+{
+	mbuf_put(b, s, strlen(s));
 }
 
 void mbuf_free(struct mbuf *b)
@@ -82,13 +105,21 @@ static const char *esc(const char *s, char *buf, size_t len)
 
 static void family(struct mbuf *b, const char *name, const char *type, const char *help)
 {
-	mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	mbuf_str(b, "# HELP ");
+	mbuf_str(b, name);
+	mbuf_put(b, " ", 1);
+	mbuf_str(b, help);
+	mbuf_str(b, "\n# TYPE ");
+	mbuf_str(b, name);
+	mbuf_put(b, " ", 1);
+	mbuf_str(b, type);
+	mbuf_put(b, "\n", 1);
 }
 
 /* ---- nodes --------------------------------------------------------------- */
 
 struct node_snap {
-	const char *name;
+	char name[256]; /* escaped for a label value */
 	struct blk_stats st;
 };
 
@@ -105,20 +136,20 @@ static const struct op_counter {
 	 offsetof(struct blk_op_stats, errors)},
 };
 
-/* A per-node value: a uint64_t of struct blk_stats, scaled by 1/div. */
+/* A per-node value: a uint64_t of struct blk_stats; ns: nanoseconds, shown in seconds. */
 static const struct node_value {
 	const char *name, *type, *help;
 	size_t off;
-	double div;
+	bool ns;
 } node_values[] = {
 	{"ioplane_node_in_flight", "gauge", "Requests submitted to the node and not completed",
-	 offsetof(struct blk_stats, in_flight), 1},
+	 offsetof(struct blk_stats, in_flight), false},
 	{"ioplane_node_throttle_waits_total", "counter",
 	 "Requests a throttle node held back for its group's limits",
-	 offsetof(struct blk_stats, throttle_waits), 1},
+	 offsetof(struct blk_stats, throttle_waits), false},
 	{"ioplane_node_throttle_wait_seconds_total", "counter",
 	 "Time requests waited in a throttle node", offsetof(struct blk_stats, throttle_wait_ns),
-	 1e9},
+	 true},
 };
 
 static uint64_t u64_at(const void *base, size_t off)
@@ -129,68 +160,112 @@ static uint64_t u64_at(const void *base, size_t off)
 	return v;
 }
 
+/* A sample's value: an integer, or nanoseconds as decimal seconds, exactly
+ * (no float formatting: a counter past 2^53, or past 9 digits in %g, would
+ * lose its low digits and seem to stand still). */
+static const char *value(char buf[VALUE_LEN], uint64_t v, bool ns)
+{
+	char *p = buf + VALUE_LEN - 1;
+	int digits = 0;
+
+	*p = 0;
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+		if (ns && ++digits == 9)
+			*--p = '.';
+	} while (v || (ns && digits < 10));
+	return p;
+}
+
+/* One sample: NAME{KEY="KVAL"[,op="OP"][,le="LE"]} VALUE, put together without
+ * printf (nearly all of a scrape's lines); open is `{KEY="`, kval is escaped. */
+static void sample(struct mbuf *b, const char *name, const char *open, const char *kval,
+		   const char *op, const char *le, const char *val)
+{
+	mbuf_str(b, name);
+	mbuf_str(b, open);
+	mbuf_str(b, kval);
+	if (op) {
+		mbuf_str(b, "\",op=\"");
+		mbuf_str(b, op);
+	}
+	if (le) {
+		mbuf_str(b, "\",le=\"");
+		mbuf_str(b, le);
+	}
+	mbuf_str(b, "\"} ");
+	mbuf_str(b, val);
+	mbuf_put(b, "\n", 1);
+}
+
 static void node_op_counters(struct mbuf *b, const struct node_snap *n, size_t nn)
 {
-	char lbl[256];
+	char val[VALUE_LEN];
 
 	for (size_t c = 0; c < ARRAY_SIZE(op_counters); c++) {
 		family(b, op_counters[c].name, "counter", op_counters[c].help);
 		for (size_t i = 0; i < nn; i++)
 			for (unsigned op = 0; op < BLK_OP__COUNT; op++)
-				mbuf_printf(b, "%s{node=\"%s\",op=\"%s\"} %llu\n",
-					    op_counters[c].name, esc(n[i].name, lbl, sizeof(lbl)),
-					    blk_op_name((enum blk_op)op),
-					    (unsigned long long)u64_at(&n[i].st.op[op],
-								       op_counters[c].off));
+				sample(b, op_counters[c].name, NODE_OPEN, n[i].name,
+				       blk_op_name((enum blk_op)op), NULL,
+				       value(val, u64_at(&n[i].st.op[op], op_counters[c].off),
+					     false));
 	}
 }
 
 static void node_value_families(struct mbuf *b, const struct node_snap *n, size_t nn)
 {
-	char lbl[256];
+	char val[VALUE_LEN];
 
 	for (size_t c = 0; c < ARRAY_SIZE(node_values); c++) {
 		const struct node_value *v = &node_values[c];
 
 		family(b, v->name, v->type, v->help);
 		for (size_t i = 0; i < nn; i++)
-			mbuf_printf(b, "%s{node=\"%s\"} %.9g\n", v->name,
-				    esc(n[i].name, lbl, sizeof(lbl)),
-				    (double)u64_at(&n[i].st, v->off) / v->div);
+			sample(b, v->name, NODE_OPEN, n[i].name, NULL, NULL,
+			       value(val, u64_at(&n[i].st, v->off), v->ns));
 	}
+}
+
+/* The le= label of each bucket, 2^k ns in seconds: formatted once. */
+static const char *bucket_le(unsigned k)
+{
+	static char le[LE_LAST + 1][24];
+
+	if (!le[k][0])
+		snprintf(le[k], sizeof(le[k]), "%.9g", (double)(1ull << k) / 1e9);
+	return le[k];
 }
 
 static void histogram(struct mbuf *b, const char *node, const char *op,
 		      const struct blk_op_stats *o)
 {
-	static const char name[] = "ioplane_node_latency_seconds";
+	char val[VALUE_LEN];
 	uint64_t cum = 0;
 	unsigned bin = 0;
 
 	for (unsigned k = LE_FIRST; k <= LE_LAST; k++) {
 		while (bin < k)
 			cum += o->hist[bin++];
-		mbuf_printf(b, "%s_bucket{node=\"%s\",op=\"%s\",le=\"%.9g\"} %llu\n", name, node,
-			    op, (double)(1ull << k) / 1e9, (unsigned long long)cum);
+		sample(b, "ioplane_node_latency_seconds_bucket", NODE_OPEN, node, op, bucket_le(k),
+		       value(val, cum, false));
 	}
-	mbuf_printf(b, "%s_bucket{node=\"%s\",op=\"%s\",le=\"+Inf\"} %llu\n", name, node, op,
-		    (unsigned long long)o->ops);
-	mbuf_printf(b, "%s_sum{node=\"%s\",op=\"%s\"} %.9f\n", name, node, op,
-		    (double)o->total_ns / 1e9);
-	mbuf_printf(b, "%s_count{node=\"%s\",op=\"%s\"} %llu\n", name, node, op,
-		    (unsigned long long)o->ops);
+	sample(b, "ioplane_node_latency_seconds_bucket", NODE_OPEN, node, op, "+Inf",
+	       value(val, o->ops, false));
+	sample(b, "ioplane_node_latency_seconds_sum", NODE_OPEN, node, op, NULL,
+	       value(val, o->total_ns, true));
+	sample(b, "ioplane_node_latency_seconds_count", NODE_OPEN, node, op, NULL,
+	       value(val, o->ops, false));
 }
 
 static void node_histograms(struct mbuf *b, const struct node_snap *n, size_t nn)
 {
-	char lbl[256];
-
 	family(b, "ioplane_node_latency_seconds", "histogram",
 	       "Time from submission to completion of the node's requests");
 	for (size_t i = 0; i < nn; i++)
 		for (unsigned op = 0; op < BLK_OP__COUNT; op++)
-			histogram(b, esc(n[i].name, lbl, sizeof(lbl)), blk_op_name((enum blk_op)op),
-				  &n[i].st.op[op]);
+			histogram(b, n[i].name, blk_op_name((enum blk_op)op), &n[i].st.op[op]);
 }
 
 static void render_nodes(struct mbuf *b)
@@ -207,7 +282,7 @@ static void render_nodes(struct mbuf *b)
 		return;
 	}
 	for (bs = blk_graph_next(NULL); bs && i < nn; bs = blk_graph_next(bs), i++) {
-		snap[i].name = blk_node_name(bs);
+		esc(blk_node_name(bs), snap[i].name, sizeof(snap[i].name));
 		blk_get_stats(bs, &snap[i].st);
 	}
 	node_op_counters(b, snap, i);
@@ -260,21 +335,21 @@ static void render_exports(struct mbuf *b)
 static const struct loop_counter {
 	const char *name, *type, *help;
 	size_t off; /* in struct loop_stats; SIZE_MAX: the thread's CPU time */
-	double div;
+	bool ns;
 } loop_counters[] = {
 	{"ioplane_iothread_rounds_total", "counter", "Dispatch rounds of the iothread's loop",
-	 offsetof(struct loop_stats, rounds), 1},
+	 offsetof(struct loop_stats, rounds), false},
 	{"ioplane_iothread_sleeps_total", "counter", "Times the loop went to sleep in the kernel",
-	 offsetof(struct loop_stats, sleeps), 1},
+	 offsetof(struct loop_stats, sleeps), false},
 	{"ioplane_iothread_poll_hits_total", "counter", "Busy-polling phases that found work",
-	 offsetof(struct loop_stats, poll_hits), 1},
+	 offsetof(struct loop_stats, poll_hits), false},
 	{"ioplane_iothread_poll_misses_total", "counter",
 	 "Busy-polling phases that found nothing and slept",
-	 offsetof(struct loop_stats, poll_misses), 1},
+	 offsetof(struct loop_stats, poll_misses), false},
 	{"ioplane_iothread_poll_seconds", "gauge", "The loop's current adaptive polling time",
-	 offsetof(struct loop_stats, poll_ns), 1e9},
+	 offsetof(struct loop_stats, poll_ns), true},
 	{"ioplane_iothread_busy_seconds_total", "counter",
-	 "CPU time the iothread used (user and system, polling included)", SIZE_MAX, 1e9},
+	 "CPU time the iothread used (user and system, polling included)", SIZE_MAX, true},
 };
 
 struct loop_pass {
@@ -286,7 +361,7 @@ static void iothread_line(void *ctx, const char *id, struct iothread *t)
 {
 	struct loop_pass *p = ctx;
 	struct loop_stats st;
-	char lbl[256];
+	char lbl[256], val[VALUE_LEN];
 	uint64_t v;
 
 	if (p->c->off == SIZE_MAX) {
@@ -295,8 +370,8 @@ static void iothread_line(void *ctx, const char *id, struct iothread *t)
 		loop_get_stats(iothread_loop(t), &st);
 		v = u64_at(&st, p->c->off);
 	}
-	mbuf_printf(p->b, "%s{iothread=\"%s\"} %.9g\n", p->c->name, esc(id, lbl, sizeof(lbl)),
-		    (double)v / p->c->div);
+	sample(p->b, p->c->name, "{iothread=\"", esc(id, lbl, sizeof(lbl)), NULL, NULL,
+	       value(val, v, p->c->ns));
 }
 
 static void render_iothreads(struct mbuf *b)

@@ -24,6 +24,9 @@ struct mbuf {
 void mbuf_printf(struct mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mbuf_free(struct mbuf *b);
 
+/* Append len bytes. */
+void mbuf_put(struct mbuf *b, const void *p, size_t len);
+
 /* Append every metric family (metrics-text.c). */
 void metrics_render(struct mbuf *b);
 
@@ -35,6 +38,7 @@ void metrics_server_free(struct metrics_server *m);
 /* Limits, for the tests and the docs. */
 #define METRICS_MAX_CLIENTS 32
 #define METRICS_REQUEST_MAX 8192                 /* request line and headers */
-#define METRICS_CLIENT_TIMEOUT_NS 10000000000ull /* a client gets 10 s in all */
+#define METRICS_CLIENT_TIMEOUT_NS 10000000000ull /* 10 s for a request and its reply */
+#define METRICS_IDLE_TIMEOUT_NS 120000000000ull  /* a kept-alive connection's idle time */
 
 #endif

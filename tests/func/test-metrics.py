@@ -4,8 +4,10 @@
    node's operation, byte and histogram counters by exactly what it did, and QMP
    query-blockstats / query-iothreads report the same numbers.
 2. HTTP: 404 for another path, 405 for another method, 400 for garbage, 431 for a
-   request over 8 KiB; slow, half-open and vanishing clients, and more clients than
-   the limit, neither stop a scrape nor the NBD export.
+   request over 8 KiB; HTTP/1.1 connections persist (pipelining too) unless Connection:
+   close, HTTP/1.0 or a body says otherwise; slow, half-open and vanishing clients, and
+   more clients than the limit, neither stop a scrape nor the NBD export. Scraping
+   neither wakes nor runs an idle iothread.
 3. --metrics tcp= refuses a non-loopback address unless public=on."""
 import os
 import re
@@ -22,27 +24,52 @@ import _qmp  # noqa: E402
 fail = _qmp.fail
 
 
-def http(addr, request, timeout=10):
-    """Send request bytes; return (status line, headers dict, body bytes)."""
-    fam = socket.AF_UNIX if isinstance(addr, str) else socket.AF_INET
-    s = socket.socket(fam, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(addr)
-    s.sendall(request)
-    data = b''
-    while True:
-        d = s.recv(65536)
+class Conn:
+    """One connection to the endpoint; reply() reads one HTTP reply up to its
+    Content-Length, keeping what follows (a pipelined reply) for the next one."""
+
+    def __init__(self, addr, timeout=10):
+        fam = socket.AF_UNIX if isinstance(addr, str) else socket.AF_INET
+        self.s = socket.socket(fam, socket.SOCK_STREAM)
+        self.s.settimeout(timeout)
+        self.s.connect(addr)
+        self.buf = b''
+
+    def more(self, what):
+        d = self.s.recv(65536)
         if not d:
-            break
-        data += d
-    s.close()
-    head, _, body = data.partition(b'\r\n\r\n')
-    lines = head.decode().split('\r\n')
-    hdr = dict(l.split(': ', 1) for l in lines[1:] if ': ' in l)
-    if int(hdr.get('Content-Length', -1)) != len(body):
-        fail('Content-Length %r but %d bytes: %r' % (hdr.get('Content-Length'), len(body),
-                                                     data[:200]))
-    return lines[0], hdr, body
+            fail('EOF inside %s: %r' % (what, self.buf[:200]))
+        self.buf += d
+
+    def reply(self):
+        """(status line, headers dict, body bytes); a reply that says `Connection:
+        close` must be the last: EOF follows it."""
+        while b'\r\n\r\n' not in self.buf:
+            self.more('the headers')
+        head, _, self.buf = self.buf.partition(b'\r\n\r\n')
+        lines = head.decode().split('\r\n')
+        hdr = dict(l.split(': ', 1) for l in lines[1:] if ': ' in l)
+        if 'Content-Length' not in hdr:
+            fail('no Content-Length: %r' % head)
+        want = int(hdr['Content-Length'])
+        while len(self.buf) < want:
+            self.more('a body of %d bytes' % want)
+        body, self.buf = self.buf[:want], self.buf[want:]
+        if hdr.get('Connection') == 'close' and (self.buf or self.s.recv(1) != b''):
+            fail('Connection: close but more comes: %r' % self.buf[:100])
+        return lines[0], hdr, body
+
+    def close(self):
+        self.s.close()
+
+
+def http(addr, request, timeout=10):
+    """Send request bytes on a new connection; return (status line, headers dict, body)."""
+    c = Conn(addr, timeout)
+    c.s.sendall(request)
+    r = c.reply()
+    c.close()
+    return r
 
 
 def scrape(addr):
@@ -169,6 +196,67 @@ def http_errors(msock):
             fail('%r: %s, expected %s' % (req[:40], status, want))
 
 
+def keep_alive(msock, nsock):
+    """HTTP/1.1 connections persist (as Prometheus uses them): two scrapes on one
+    connection, the second seeing a workload done in between; pipelined requests
+    answered in order; Connection: close, HTTP/1.0 and a request with a body close."""
+    c = Conn(msock)
+    s = c.s
+    get = b'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'
+    r = 'ioplane_node_operations_total{node="n",op="read"}'
+    s.sendall(get)
+    st, hdr, body = c.reply()
+    if st != 'HTTP/1.1 200 OK' or hdr.get('Connection') != 'keep-alive':
+        fail('first scrape on a kept connection: %s %r' % (st, hdr))
+    before = samples(body.decode())[r]
+    qemu_io(nsock, 'read 0 4k', 'read 4k 4k')
+    s.sendall(get)
+    st, hdr, body = c.reply()
+    if st != 'HTTP/1.1 200 OK' or samples(body.decode())[r] != before + 2:
+        fail('second scrape on the same connection: %s, reads %r -> %r'
+             % (st, before, samples(body.decode()).get(r)))
+    s.sendall(get + b'GET /nope HTTP/1.1\r\n\r\n' + b'GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n')
+    got = [c.reply() for _ in range(3)]
+    want = [('HTTP/1.1 200 OK', 'keep-alive'), ('HTTP/1.1 404 Not Found', 'keep-alive'),
+            ('HTTP/1.1 200 OK', 'close')]
+    if [(g[0], g[1].get('Connection')) for g in got] != want:
+        fail('pipelined requests: %r' % [(g[0], g[1]) for g in got])
+    c.close()
+    for req, conn in ((b'GET /metrics HTTP/1.0\r\n\r\n', 'close'),
+                      (b'GET /metrics HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n', 'keep-alive'),
+                      (b'POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nab', 'close')):
+        _, hdr, _ = http(msock, req)
+        if hdr.get('Connection') != conn:
+            fail('%r: Connection %r, expected %s' % (req, hdr.get('Connection'), conn))
+
+
+def iothread_counts(pid):
+    """{tid: (voluntary, involuntary context switches, CPU ns)} of the iothreads."""
+    out = {}
+    for d in os.listdir('/proc/%d/task' % pid):
+        t = '/proc/%d/task/%s/' % (pid, d)
+        if open(t + 'comm').read().startswith('iothread'):
+            st = dict(l.split(':', 1) for l in open(t + 'status'))
+            out[d] = (int(st['voluntary_ctxt_switches']), int(st['nonvoluntary_ctxt_switches']),
+                      int(open(t + 'schedstat').read().split()[0]))
+    return out
+
+
+def iothreads_left_alone(pid, msock):
+    """A scrape reads the iothreads' counters from the main thread: idle iothreads are
+    neither woken (no message, eventfd or lock of theirs) nor run, over 50 scrapes."""
+    before = iothread_counts(pid)
+    c = Conn(msock)
+    for _ in range(50):
+        c.s.sendall(b'GET /metrics HTTP/1.1\r\n\r\n')
+        if c.reply()[0] != 'HTTP/1.1 200 OK':
+            fail('scrape on a kept connection')
+    c.close()
+    after = iothread_counts(pid)
+    if len(before) != 2 or before != after:
+        fail('scraping disturbed the idle iothreads: %r -> %r' % (before, after))
+
+
 def hostile_clients(msock, nsock):
     """Stuck and vanishing clients, more of them than the limit, then a scrape."""
     held = []
@@ -244,6 +332,8 @@ def main():
                 fail('metrics socket mode %o' % (os.stat(msock).st_mode & 0o777))
             counters(d, tmp, msock, nsock)
             http_errors(msock)
+            keep_alive(msock, nsock)
+            iothreads_left_alone(d.proc.pid, msock)
             hostile_clients(msock, nsock)
             if d.proc.poll() is not None:
                 fail('the daemon died')
