@@ -341,6 +341,11 @@ struct nbd_conn {
 	 * one send carry many records. */
 	uint8_t *tls_ibuf, *tls_cbuf;
 	size_t tls_ipos, tls_iend, tls_coff, tls_clen;
+	/* Replies held for the next round (nbd-tls.c, tls_hold): tls_hold is
+	 * queued, holding a reference; tls_holds rounds in a row so far. */
+	struct loop_defer tls_hold;
+	bool tls_hold_queued;
+	unsigned tls_holds;
 	char peer[64]; /* the client's address, for the log */
 
 	/* Transmission. */

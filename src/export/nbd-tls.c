@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include "export/nbd-int.h"
+#include "util/compiler.h"
 #include "util/log.h"
 #include "util/tls.h"
 
@@ -30,6 +31,7 @@
 #define NBD_TLS_DIRECT (16u << 10) /* output pieces this large are sent without a copy */
 #define NBD_TLS_IBUF (64u << 10)   /* ciphertext read at once */
 #define NBD_TLS_CBUF (256u << 10)  /* records made, sent at once */
+#define NBD_TLS_HOLD 3             /* rounds replies may wait for more (tls_hold) */
 
 int nbd_tls_start(struct nbd_conn *c)
 {
@@ -322,8 +324,44 @@ static bool tls_make_records(struct nbd_conn *c)
 	return made;
 }
 
+static void tls_hold_cb(struct loop_defer *d)
+{
+	struct nbd_conn *c = container_of(d, struct nbd_conn, tls_hold);
+
+	c->tls_hold_queued = false;
+	if (c->state != NBD_CONN_CLOSED)
+		nbd_conn_kick(c);
+	nbd_conn_put(c);
+}
+
+/* A burst of completions is dispatched LOOP_REAP_BUDGET per round, and
+ * replies sent every round would go out in as many sends, each of which
+ * wakes the client for part of the burst, and it answers with as many
+ * small bursts of requests. While the loop's next round is sure to find
+ * work (and so will not sleep), the replies wait for it: at most
+ * NBD_TLS_HOLD rounds in a row. True: held, the round after sends. */
+static bool tls_hold(struct nbd_conn *c)
+{
+	if (c->tls_hold_queued)
+		return true;
+	if (c->state != NBD_CONN_OPEN || c->phase != NBD_PHASE_TRANSMISSION || c->move_to ||
+	    c->out_blocked || nbd_conn_out_empty(c) || c->tls_coff < c->tls_clen ||
+	    c->tls_holds >= NBD_TLS_HOLD || !loop_more_ready(c->loop)) {
+		c->tls_holds = 0;
+		return false;
+	}
+	c->tls_holds++;
+	c->tls_hold_queued = true;
+	c->tls_hold.cb = tls_hold_cb;
+	nbd_conn_get(c);
+	loop_defer(c->loop, &c->tls_hold);
+	return true;
+}
+
 void nbd_tls_send(struct nbd_conn *c)
 {
+	if (tls_hold(c))
+		return;
 	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
 		if (!tls_flush(c))
 			return;

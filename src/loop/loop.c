@@ -773,6 +773,11 @@ bool loop_reap_cqes(struct loop *loop)
 	return n > 0;
 }
 
+bool loop_more_ready(struct loop *loop)
+{
+	return loop->defer_head || (loop->have_ring && io_uring_cq_ready(&loop->ring));
+}
+
 /* ---- the round ---------------------------------------------------------- */
 
 static bool poll_once(struct loop *loop)

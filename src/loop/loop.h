@@ -165,6 +165,11 @@ void loop_set_aio_max_batch(struct loop *loop, unsigned n);
 unsigned loop_aio_max_batch(const struct loop *loop);
 
 void loop_request_flush(struct loop *loop, struct loop_flush *f);
+/* The loop's thread: will its next round find work without waiting?
+ * Completions already posted in its ring (a burst larger than one round
+ * takes, LOOP_REAP_BUDGET) or deferred work queued. A flush hook may leave
+ * what it would batch for that round: it costs no sleep. */
+bool loop_more_ready(struct loop *loop);
 
 /* The loop's io_uring, used by I/O engines. With the uring backend it is also
  * the fd monitor, and its submission happens in the same io_uring_enter that

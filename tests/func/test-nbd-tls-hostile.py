@@ -77,15 +77,17 @@ class Conn:
         self.s = ctx.wrap_socket(self.raw, server_hostname="localhost",
                                  suppress_ragged_eofs=False)
 
-    def go_read(self):
-        """GO on export x, then READ 4096 bytes at 0: the data (simple replies)."""
-        name = b"x"
+    def go(self, name):
         self.opt(OPT_GO, struct.pack(">I", len(name)) + name + struct.pack(">H", 0))
         while True:
             opt, typ, _ = self.reply()
             if typ == REP_ACK:
                 break
             assert typ == REP_INFO, hex(typ)
+
+    def go_read(self):
+        """GO on export x, then READ 4096 bytes at 0: the data (simple replies)."""
+        self.go(b"x")
         self.s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, 0, 7, 0, 4096))
         magic, err, cookie = struct.unpack(">IIQ", self.rd(16))
         assert (magic, err, cookie) == (0x67446698, 0, 7), (hex(magic), err, cookie)
@@ -129,6 +131,36 @@ def bad_priority(ioplane, pki, img, tmp):
     assert rc == 0, f"server with a bad priority exited {rc}: {text[-3000:]}"
 
 
+PATTERN_BLOCKS = 256  # 4 KiB blocks of export y, each filled with its own bytes
+
+
+def pattern(i):
+    return struct.pack(">I", i) * 1024
+
+
+def read_burst(port, pki):
+    """A burst of 4 KiB READs larger than one loop round dispatches (16 completions,
+    io_uring): replies that wait for the rest of the burst all come, with the right
+    data, and the connection goes on afterwards."""
+    c = Conn(port)
+    c.starttls(pki)
+    c.go(b"y")
+    for rnd in range(3):
+        n = 64 + 37 * rnd
+        blocks = [(7 * k + rnd) % PATTERN_BLOCKS for k in range(n)]
+        c.s.sendall(b"".join(struct.pack(">IHHQQI", 0x25609513, 0, 0, 1000 * rnd + k,
+                                         4096 * b, 4096) for k, b in enumerate(blocks)))
+        seen = set()
+        for _ in range(n):
+            magic, err, cookie = struct.unpack(">IIQ", c.rd(16))
+            assert (magic, err) == (0x67446698, 0), (hex(magic), err)
+            k = cookie - 1000 * rnd
+            assert 0 <= k < n and k not in seen, cookie
+            seen.add(k)
+            assert c.rd(4096) == pattern(blocks[k]), f"wrong data for block {blocks[k]}"
+    c.s.close()
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -151,6 +183,8 @@ def main():
     img = f"{tmp}/img.raw"
     with open(img, "wb") as f:
         f.write(b"\xa5" * (1 << 20))
+    with open(f"{tmp}/pattern.raw", "wb") as f:
+        f.write(b"".join(pattern(i) for i in range(PATTERN_BLOCKS)))
     bad_priority(ioplane, pki, img, tmp)
     port = free_port()
     log = open(f"{tmp}/serve.log", "w+")
@@ -159,7 +193,10 @@ def main():
                             "--blockdev", f"driver=file,filename={img},node-name=n0",
                             "--nbd-server", f"addr.type=inet,addr.host=127.0.0.1,addr.port={port},"
                             "tls-creds=tls0",
-                            "--export", "type=nbd,id=e0,node-name=n0,name=x"],
+                            "--export", "type=nbd,id=e0,node-name=n0,name=x",
+                            "--blockdev", f"driver=file,filename={tmp}/pattern.raw,"
+                            "node-name=n1,aio=io_uring",
+                            "--export", "type=nbd,id=e1,node-name=n1,name=y"],
                            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
         run(port, pki, srv)
@@ -232,6 +269,8 @@ def run(port, pki, srv):
         assert (magic, err) == (0x67446698, 0) and cookie == 100 + i, (hex(magic), err, cookie)
         assert c.rd(512) == b"\xa5" * 512
     c.s.close()
+
+    read_burst(port, pki)
 
     # ABORT inside TLS: ACK, then a clean TLS close (close_notify), not a bare EOF.
     c = Conn(port)

@@ -733,6 +733,68 @@ static void test_reap_nested(void **state)
 	loop_free(loop);
 }
 
+/* What a completion's callback learns from loop_more_ready(): true while
+ * the burst has completions the round's budget left in the ring, false at
+ * the last of them; deferred work counts too. */
+struct more_op {
+	struct loop_uring_op op;
+	struct loop *loop;
+	int *done;
+	bool more;
+};
+
+static void more_cb(struct loop_uring_op *op, int res, uint32_t flags)
+{
+	struct more_op *m = (struct more_op *)op;
+
+	(void)res;
+	(void)flags;
+	m->more = loop_more_ready(m->loop);
+	(*m->done)++;
+}
+
+static void nop_defer_cb(struct loop_defer *d)
+{
+	(void)d;
+}
+
+static void test_more_ready(void **state)
+{
+	struct loop *loop = new_loop(0);
+	enum { N = LOOP_REAP_BUDGET + 4 };
+	struct more_op m[N];
+	struct loop_defer d = {.cb = nop_defer_cb};
+	int i, done = 0, rounds = 0;
+
+	(void)state;
+	if (!loop_uring(loop)) {
+		loop_free(loop);
+		skip();
+	}
+	assert_false(loop_more_ready(loop));
+	for (i = 0; i < N; i++) {
+		struct io_uring_sqe *sqe = loop_uring_sqe(loop);
+
+		assert_non_null(sqe);
+		m[i] = (struct more_op){.op.cb = more_cb, .loop = loop, .done = &done};
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, &m[i].op);
+	}
+	while (done < N && rounds++ < 100)
+		loop_run_once(loop, true);
+	assert_int_equal(done, N);
+	/* The budget's last callback saw the four left in the ring... */
+	assert_true(m[LOOP_REAP_BUDGET - 1].more);
+	/* ...and the burst's last saw none. */
+	assert_false(m[N - 1].more);
+	assert_false(loop_more_ready(loop));
+	loop_defer(loop, &d);
+	assert_true(loop_more_ready(loop));
+	loop_run_once(loop, false);
+	assert_false(loop_more_ready(loop));
+	loop_free(loop);
+}
+
 static void test_backend_env(void **state)
 {
 	const char *env = getenv("IOPLANE_LOOP_BACKEND");
@@ -802,6 +864,7 @@ int main(void)
 		cmocka_unit_test(test_uring_ops_batched),
 		cmocka_unit_test(test_reap_budget),
 		cmocka_unit_test(test_reap_nested),
+		cmocka_unit_test(test_more_ready),
 		cmocka_unit_test(test_backend_env),
 		cmocka_unit_test(test_forced_backends),
 		cmocka_unit_test(test_index_reused_never_shared),
