@@ -62,7 +62,7 @@ cat >"$tmp/jobd.py" <<'PY'
 """What the job scripts share: a daemon (ioplane serve or qemu-storage-daemon) on
 qcow2 nodes, one of them exported over NBD, its QMP monitor, its CPU time, and fio
 writing to the export."""
-import json, os, socket, subprocess, time
+import json, os, signal, socket, subprocess, time
 
 
 class Daemon:
@@ -115,7 +115,8 @@ class Daemon:
 
     def start_fio(self):
         """fio 4 KiB randwrite at depth 16 on the export, connected and writing
-        (0.2 s past its first write) when this returns."""
+        (0.2 s past its first write, as fio itself counts: the daemons' node
+        statistics differ - qsd counts nothing per node) when this returns."""
         self.fio = subprocess.Popen(
             ['fio', '--name=load', '--ioengine=nbd',
              '--uri=nbd+unix:///%s?socket=%s' % (self.export, self.nbd), '--rw=randwrite',
@@ -123,20 +124,44 @@ class Daemon:
              '--size=%d' % os.path.getsize(self.d + '/size'), '--output-format=json'],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
             text=True)
-        for _ in range(1000):
-            st = self.cmd('query-blockstats', {'query-nodes': True})['return']
-            if any(x['stats']['wr_operations'] for x in st) or self.fio.poll() is not None:
+        time.sleep(0.5)  # fio takes SIGUSR1 once its handlers are set
+        for _ in range(200):
+            if self.fio.poll() is not None or self.fio_mark()[0]:
                 break
-            time.sleep(0.01)
+            time.sleep(0.05)
+        if self.fio.poll() is not None:
+            raise RuntimeError('fio ended before the job started')
         time.sleep(0.2)
 
+    def fio_status(self, sig):
+        """fio's status after sig (SIGUSR1: a dump so far, SIGINT: the last)."""
+        self.fio.send_signal(sig)
+        buf = []
+        for line in self.fio.stdout:
+            if buf or line.startswith('{'):
+                buf.append(line)
+            if buf and line.rstrip('\n') == '}':
+                return json.loads(''.join(buf))['jobs'][0]
+        raise RuntimeError('fio ended without a status')
+
+    def fio_mark(self):
+        """(write I/Os, ms of run time) fio counted so far; (0, 0) without fio."""
+        if not self.fio or self.fio.poll() is not None:
+            return (0, 0)
+        j = self.fio_status(signal.SIGUSR1)
+        return (j['write']['total_ios'], j['job_runtime'])
+
+    def fio_iops_since(self, mark):
+        """fio's write IOPS from mark (fio_mark) to now, by fio's own clock:
+        the job's window only, not fio's start-up before it."""
+        now = self.fio_mark()
+        return (now[0] - mark[0]) * 1000.0 / (now[1] - mark[1]) if now[1] > mark[1] else 0
+
     def stop_fio(self):
-        """fio's write IOPS (0 without fio)."""
-        if not self.fio:
-            return 0
-        self.fio.send_signal(2)
-        out, _ = self.fio.communicate(timeout=60)
-        return json.loads(out[out.index('{'):])['jobs'][0]['write']['iops']
+        """End fio (it must still be running)."""
+        if self.fio:
+            self.fio_status(signal.SIGINT)
+            self.fio.wait(timeout=60)
 
     def quit(self, timeout=60):
         self.cmd('quit')
@@ -158,6 +183,7 @@ try:
            if n['file'].endswith('/mid.qcow2') and n['drv'] == 'qcow2'][0]
     if load:
         dm.start_fio()
+    mark = dm.fio_mark()
     c0 = dm.cpu()
     t0 = time.monotonic()
     if job == 'stream':
@@ -172,7 +198,8 @@ try:
             break
     t = time.monotonic() - t0
     used = dm.cpu() - c0
-    iops = dm.stop_fio()
+    iops = dm.fio_iops_since(mark) if load else 0
+    dm.stop_fio()
     if 'error' in m['data']:
         sys.exit('%s %s: %s' % (kind, job, m['data']['error']))
     print('%.3f %.0f %.2f' % (t, iops, used))
@@ -242,7 +269,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 # it; blockdev-mirror runs to BLOCK_JOB_READY (then is cancelled), blockdev-backup
 # sync=full to BLOCK_JOB_COMPLETED, each into a fresh qcow2 target.
 # Prints "SECONDS IOPS" (IOPS 0 without load): the time from the command to the event,
-# fio's IOPS over that time.
+# fio's IOPS over that time (fio_iops_since: its own count, the job's window only).
 copy_job_py() {
 	cat >"$tmp/copyjob.py" <<'PY'
 import os, socket, sys, time
@@ -253,6 +280,7 @@ dm = Daemon(kind, d, [('src.qcow2', 'src'), ('tgt.qcow2', 'tgt')], 'src')
 try:
     if load:
         dm.start_fio()
+    mark = dm.fio_mark()
     t0 = time.monotonic()
     if job == 'mirror':
         r = dm.cmd('blockdev-mirror', {'job-id': 'j', 'device': 'src', 'target': 'tgt',
@@ -274,7 +302,8 @@ try:
         m = {'event': 'timeout'}
     dm.s.settimeout(None)
     t = time.monotonic() - t0
-    iops = dm.stop_fio()
+    iops = dm.fio_iops_since(mark) if load else 0
+    dm.stop_fio()
     if m['event'] == 'timeout':  # never converged under the load: say so, go on
         print('timeout %.0f' % iops)
     elif m['event'] != want or 'error' in m.get('data', {}):

@@ -67,6 +67,7 @@ void blk_register_builtin_drivers(void)
 static const uint32_t blk_op_flags[BLK_OP__COUNT] = {
 	[BLK_OP_WRITE] = BLK_F_FUA,
 	[BLK_OP_WRITE_ZEROES] = BLK_F_FUA | BLK_F_MAY_UNMAP | BLK_F_NO_FALLBACK,
+	[BLK_OP_BLOCK_STATUS] = BLK_F_ALLOC_ONLY,
 };
 
 /* -EINVAL when offset + len wraps or passes the end of the node. */

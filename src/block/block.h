@@ -47,7 +47,12 @@ enum blk_op {
 #define BLK_F_MAY_UNMAP (1u << 1) /* write-zeroes: may deallocate */
 /* write-zeroes: fail with -ENOTSUP rather than write zero buffers */
 #define BLK_F_NO_FALLBACK (1u << 2)
-#define BLK_F__ALL (BLK_F_FUA | BLK_F_MAY_UNMAP | BLK_F_NO_FALLBACK)
+/* block-status: only BLK_STATUS_ALLOCATED is asked for (a job's walk of a
+ * chain, as QEMU's bdrv_is_allocated): a driver may then report one run
+ * across changes of the other bits and of the host offset, and leaves
+ * those bits out. */
+#define BLK_F_ALLOC_ONLY (1u << 3)
+#define BLK_F__ALL (BLK_F_FUA | BLK_F_MAY_UNMAP | BLK_F_NO_FALLBACK | BLK_F_ALLOC_ONLY)
 
 /* Block-status result bits */
 #define BLK_STATUS_DATA (1u << 0)         /* range holds data (not known to be a hole) */

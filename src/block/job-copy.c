@@ -384,8 +384,12 @@ static int layer_status(struct blk_node *bs, uint64_t off, uint64_t len, uint32_
 			uint64_t *pnum)
 {
 	struct alloc_wait w = {.co = coroutine_self()};
-	struct blk_request r = {
-		.op = BLK_OP_BLOCK_STATUS, .offset = off, .len = len, .cb = alloc_cb, .opaque = &w};
+	struct blk_request r = {.op = BLK_OP_BLOCK_STATUS,
+				.flags = BLK_F_ALLOC_ONLY,
+				.offset = off,
+				.len = len,
+				.cb = alloc_cb,
+				.opaque = &w};
 	int ret;
 
 	if (off >= bs->size) { /* past a shorter backing file: reads zeroes */

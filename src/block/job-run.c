@@ -48,16 +48,28 @@ static bool node_uses_loop(struct blk_node *bs, struct loop *l)
 	return atomic_load(&bs->loops[loop_index(l)]) == l;
 }
 
+static struct loop *(*export_loop_fn)(struct blk_node *bs);
+
+void job_set_export_loop_fn(struct loop *(*fn)(struct blk_node *bs))
+{
+	export_loop_fn = fn;
+}
+
 struct loop *job_pick_loop(struct blk_node *bs)
 {
+	struct loop *l = bs && export_loop_fn ? export_loop_fn(bs) : NULL;
+
 	/* The iothread of an export of the node (or of a node above it, such
-	 * as an overlay's): the job's requests then share its loop. */
+	 * as an overlay's): the job's requests then share its loop. The
+	 * export says so from its start; a node's loops[] only once a request
+	 * came through (a client connected). */
+	if (l)
+		return l;
 	for (unsigned i = 0; bs && i < pool_n; i++)
 		if (node_uses_loop(bs, pool_loops[i]))
 			return pool_loops[i];
 	for (unsigned i = 0; bs && i < LOOP_MAX_THREADS; i++) {
-		struct loop *l = atomic_load(&bs->loops[i]);
-
+		l = atomic_load(&bs->loops[i]);
 		if (l && l != main_loop && job_loop_is_iothread(l))
 			return l;
 	}

@@ -217,8 +217,9 @@ void job_early_fail(struct job *job);
 /* The job with that id (NULL: none), and iteration in creation order. */
 struct job *job_find(const char *id);
 struct job *job_next(struct job *prev);
-/* The loop of the iothread that serves bs (an export's), else the first
- * iothread of the pool (job_set_default_loops), else the main loop. */
+/* The loop of the iothread that serves bs (an export's, whether or not it
+ * has clients yet), else the first iothread of the pool (job_set_loops),
+ * else an iothread of the jobs' own. */
 struct loop *job_pick_loop(struct blk_node *bs);
 /* The daemon's main loop and iothread pool (start-up). */
 void job_set_loops(struct loop *main, struct loop **pool, unsigned npool);
@@ -226,6 +227,9 @@ struct loop *job_main_loop(void);
 /* Which loops are iothreads the daemon made (the monitor's objects), so that
  * a job follows an export placed on one. NULL: only the pool counts. */
 void job_set_iothread_filter(bool (*fn)(const struct loop *loop));
+/* The iothread of an export whose node is bs or has bs below it (NULL:
+ * none), so that a job follows an export that has no client yet. Main. */
+void job_set_export_loop_fn(struct loop *(*fn)(struct blk_node *bs));
 bool job_loop_is_iothread(const struct loop *loop);
 /* Daemon exit, after job_cancel_all_sync(): stop the jobs' own iothread (the
  * one made when there is no pool). */

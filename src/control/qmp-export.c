@@ -65,6 +65,32 @@ unsigned qmp_export_count(void)
 	return n;
 }
 
+/* The chain below an export's node is short; the bound only guards a loop. */
+#define QEXP_CHAIN_MAX 256
+
+static bool qexp_reaches(struct blk_node *n, const struct blk_node *bs)
+{
+	for (unsigned i = 0; n && i < QEXP_CHAIN_MAX; i++) {
+		struct blk_node *b = blk_child(n, BLK_ROLE_BACKING);
+
+		if (n == bs)
+			return true;
+		n = b ? b : n->next;
+	}
+	return false;
+}
+
+struct loop *qmp_export_loop(struct blk_node *bs)
+{
+	struct qexp *x, *found = NULL;
+
+	/* exports is newest first: the oldest match is the last one. */
+	for (x = exports; x; x = x->next)
+		if (x->nheld && !x->shutting_down && qexp_reaches(x->bs, bs))
+			found = x;
+	return found ? found->held[0] : NULL;
+}
+
 /* ---- pieces shared by both types ---------------------------------------- */
 
 void qmp_export_make_id(const char *want, const char *prefix, char *out, size_t len)

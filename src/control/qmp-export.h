@@ -64,6 +64,10 @@ void qmp_exports_abort(void);
 /* After qmp_exports_stop() finished and the iothreads are gone. */
 void qmp_exports_free(void);
 unsigned qmp_export_count(void);
+/* The first iothread of the oldest export whose node is bs or has bs in
+ * its chain below (backing files, filters' children); NULL when there is
+ * none or it serves from the main loop. Main thread. */
+struct loop *qmp_export_loop(struct blk_node *bs);
 
 /* One export as the metrics endpoint reports it. */
 struct qmp_export_view {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "block/job.h"
+#include "control/qmp-export.h"
 #include "control/qmp-job.h"
 #include "job/mirror.h"
 #include "control/qmp-object.h"
@@ -339,6 +340,7 @@ int qmp_job_register(void)
 		ret = qmp_backup_register();
 	job_set_event_ops(&qmp_job_events);
 	job_set_iothread_filter(is_iothread);
+	job_set_export_loop_fn(qmp_export_loop);
 	done = ret == 0;
 	return ret;
 }

@@ -13,6 +13,9 @@ the same script against ioplane and qemu-storage-daemon:
 4. ioplane only: kill -9 in the middle of a stream and of a commit leaves images that
    qemu-img check accepts (leaks allowed, no corruption), with every acknowledged write
    readable through the chain the top's header names.
+5. ioplane only: a stream of an exported node runs on the export's iothread even before
+   any client has connected (its loop counts the job's rounds), as qsd runs a job in the
+   node's AioContext.
 
 Exit 0 pass, 77 skip, 1 fail."""
 import json
@@ -302,6 +305,37 @@ def data_job(kind, tmp, job):
     run(['qemu-img', 'compare', '-q', '-f', 'qcow2', '-F', 'raw', p['top'], expect])
 
 
+def loop_part(tmp):
+    """The job's loop is the export's iothread io0 before any client connects."""
+    p = make_chain(tmp, 'loop')
+    d, _ = serve('ioplane', tmp, p, 'loop')
+    ok = False
+    try:
+        c = d.client().negotiate()
+
+        def rounds():
+            for t in c.cmd('query-iothreads')['return']:
+                if t['id'] == 'io0':
+                    return t['x-ioplane']['rounds']
+            fail('no iothread io0 in query-iothreads')
+        before = rounds()
+        r = c.cmd('block-stream', {'job-id': 'j', 'device': 'top'})
+        if r != {'return': {}}:
+            fail('stream: %r' % r)
+        e = c.wait_event('BLOCK_JOB_COMPLETED', timeout=60)
+        if not e or 'error' in e['data']:
+            fail('stream: %r' % e)
+        # At least a round per 1 MiB chunk of the 24 MiB the chain below the top holds.
+        if rounds() - before < 24:
+            fail('the stream did not run on the export\'s iothread io0: its loop made %d '
+                 'rounds meanwhile' % (rounds() - before))
+        c.cmd('quit')
+        d.wait()
+        ok = True
+    finally:
+        d.cleanup(ok)
+
+
 # ---- 3. cancel at random points -----------------------------------------------------
 
 def cancel_part(kind, tmp, rnd):
@@ -391,6 +425,7 @@ def main():
                 data_job(kind, tmp, job)
             cancel_part(kind, tmp, rnd)
         kill_part(tmp, rnd)
+        loop_part(tmp)
         if not QSD:
             skip('qemu-storage-daemon is not installed: the data parts ran against ioplane '
                  'only, the API comparison did not run')

@@ -1029,6 +1029,42 @@ static void test_block_status_zero_offset(void **state)
 				    path("bz.qcow2"), (unsigned long long)host), 0);
 }
 
+/* Block status with BLK_F_ALLOC_ONLY (a job's walk of a chain): clusters
+ * allocated in reverse order on the host, data and zero alike, are one
+ * allocated run; without the flag each is its own run (the host offset
+ * breaks it), as before. */
+static void test_block_status_alloc_only(void **state)
+{
+	struct qcow2_create_opts o = { .size = 1u << 20 };
+	static uint8_t buf[65536];
+	struct blk_request req = { .op = BLK_OP_BLOCK_STATUS, .flags = BLK_F_ALLOC_ONLY };
+	struct blk_node *bs;
+	uint64_t host, n;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(qcow2_create(path("ba.qcow2"), &o, err, sizeof(err)), 0);
+	bs = open_ok(path("ba.qcow2"), NULL);
+	memset(buf, 9, sizeof(buf));
+	for (int c = 3; c >= 0; c--)
+		assert_int_equal(blk_pwrite(bs, (uint64_t)c << 16, buf, sizeof(buf), 0), 0);
+	assert_int_equal(do_req(bs, BLK_OP_WRITE_ZEROES, 4u << 16, 65536, 0), 0);
+	assert_int_equal(bstat(bs, 0, 1u << 20, &n, &host),
+			 BLK_STATUS_DATA | BLK_STATUS_ALLOCATED | BLK_STATUS_OFFSET_VALID);
+	assert_int_equal(n, 65536);
+	req.offset = 0;
+	req.len = 1u << 20;
+	assert_int_equal(blk_do_sync(bs, &req), 0);
+	assert_int_equal(req.status, BLK_STATUS_ALLOCATED);
+	assert_int_equal(req.status_len, 5u << 16);
+	req.offset = 5u << 16;
+	req.len = (1u << 20) - req.offset;
+	assert_int_equal(blk_do_sync(bs, &req), 0);
+	assert_int_equal(req.status, 0);
+	assert_int_equal(req.status_len, req.len);
+	blk_close(bs);
+}
+
 static void set_incompat_bits(const char *p, uint8_t bits)
 {
 	int fd = open(p, O_RDWR);
@@ -2193,6 +2229,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_check_and_leaks),
 		cmocka_unit_test(test_dirty_repair),
 		cmocka_unit_test(test_block_status_zero_offset),
+		cmocka_unit_test(test_block_status_alloc_only),
 		cmocka_unit_test(test_repair_corrupt_bit),
 		cmocka_unit_test(test_crash_consistency),
 		cmocka_unit_test(test_hostile_headers),

@@ -597,10 +597,13 @@ static int qc_status_step(struct qc_state *s, uint64_t off, uint64_t *n, uint64_
 	return ret;
 }
 
+/* With BLK_F_ALLOC_ONLY only the allocated bit counts: clusters allocated
+ * in any order on the host make one run, not one per cluster (a stream of a
+ * top that guest writes allocated at random asks once per L2 table). */
 int qc_co_block_status(struct qc_state *s, struct blk_request *req)
 {
 	uint64_t off = req->offset, end = off + req->len, e, n, host = 0, coff;
-	uint32_t st = 0, st1;
+	uint32_t st = 0, st1, keep = req->flags & BLK_F_ALLOC_ONLY ? BLK_STATUS_ALLOCATED : ~0u;
 	enum qc_kind k;
 	bool table;
 	int ret = 0;
@@ -613,7 +616,7 @@ int qc_co_block_status(struct qc_state *s, struct blk_request *req)
 		ret = qc_status_step(s, off, &n, &e, &k, &table);
 		if (ret)
 			break;
-		st1 = qc_status_of(s, k, e, off);
+		st1 = qc_status_of(s, k, e, off) & keep;
 		if (req->status_len == 0) {
 			st = st1;
 			host = (e & QC_OFFSET_MASK) + coff;
