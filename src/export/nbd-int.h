@@ -308,6 +308,15 @@ struct nbd_conn {
 	bool ring;
 	bool recv_armed, recv_cancelled;
 	struct nbd_req *cur_held; /* a dropped cur whose buffer the receive still uses */
+	/* Whether the receive is polled for (loop_uring_peer_poll_sqe), chosen
+	 * by nbd-ring.c from the client's round trips measured both ways:
+	 * rx_last_ns is when the last receive completed, rx_sum_ns and rx_n
+	 * sum the round trips of the current phase (a probe of the other way
+	 * while rx_probe), rx_mean_ns is the mean of the way in use. */
+	bool rx_poll, rx_probe;
+	uint8_t rx_n;
+	uint32_t rx_mean_ns;
+	uint64_t rx_last_ns, rx_sum_ns;
 	struct loop_uring_op recv_op;
 	struct msghdr rx_msg;
 	struct iovec rx_iov[2];

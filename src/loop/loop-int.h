@@ -75,6 +75,7 @@ struct loop {
 	 * there are some with IORING_SQ_TASKRUN. */
 	bool ring_defer;
 	unsigned ops_inflight; /* TAG_OP SQEs handed out and not yet completed */
+	unsigned peers_polled; /* loop_uring_peer_poll_sqe() ops not yet completed */
 	/* SQEs queued with loop_uring_inline_sqe() and not yet submitted: each
 	 * posts its CQE within the submitting io_uring_enter. */
 	unsigned inline_sqes;

@@ -9,6 +9,7 @@
  * Threading: a loop belongs to the thread that runs it; only loop_send() and
  * loop_stop() may be called from other threads. */
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -667,6 +668,17 @@ struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op
 	return sqe;
 }
 
+struct io_uring_sqe *loop_uring_peer_poll_sqe(struct loop *loop, struct loop_uring_op *op)
+{
+	struct io_uring_sqe *sqe = loop_uring_peer_sqe(loop, op);
+
+	if (sqe && !op->polled) {
+		op->polled = true;
+		loop->peers_polled++;
+	}
+	return sqe;
+}
+
 struct io_uring_sqe *loop_uring_inline_sqe(struct loop *loop, struct loop_uring_op *op)
 {
 	struct io_uring_sqe *sqe;
@@ -760,6 +772,10 @@ bool loop_reap_cqes(struct loop *loop)
 			uintptr_t p = (uintptr_t)(ud & ~(uint64_t)TAG_MASK);
 			struct loop_uring_op *op = (struct loop_uring_op *)p;
 
+			if (op->polled) { /* before the callback, which may queue it again */
+				op->polled = false;
+				loop->peers_polled--;
+			}
 			op->cb(op, res, flags);
 			break;
 		}
@@ -797,6 +813,24 @@ static bool poll_once(struct loop *loop)
 	return progress || msgs_pending(loop) || loop->defer_head || atomic_load(&loop->stop);
 }
 
+/* A sched_yield() that returns later than this gave the CPU to another task. */
+#define POLL_YIELD_GAVE_NS 4000
+
+/* While polling for a peer: the peer may be waiting for our CPU (the
+ * scheduler likes to wake it where its waker runs), so let it have it. If
+ * someone took it, the CPU is shared with runnable work, which spinning only
+ * holds back: true, stop polling and sleep. */
+static bool peer_yield_gave_cpu(struct loop *loop)
+{
+	uint64_t t;
+
+	if (!loop->peers_polled)
+		return false;
+	t = loop_now_ns();
+	sched_yield();
+	return loop_now_ns() - t > POLL_YIELD_GAVE_NS;
+}
+
 /* Busy-poll for up to poll_ns. Returns true when something was found. */
 static bool busy_poll(struct loop *loop, uint64_t start)
 {
@@ -814,7 +848,7 @@ static bool busy_poll(struct loop *loop, uint64_t start)
 			loop->stats.poll_hits++;
 			return true;
 		}
-	} while (loop_now_ns() < deadline);
+	} while (!peer_yield_gave_cpu(loop) && loop_now_ns() < deadline);
 	loop->stats.poll_misses++;
 	return false;
 }
@@ -881,7 +915,8 @@ static bool polls_expect_work(const struct loop *loop)
 
 static void wait_blocking(struct loop *loop)
 {
-	bool can_poll = loop->poll_max_ns > 0 && (loop->ops_inflight || polls_expect_work(loop));
+	bool can_poll = loop->poll_max_ns > 0 &&
+			(loop->ops_inflight || loop->peers_polled || polls_expect_work(loop));
 	uint64_t start = 0;
 	int64_t timeout;
 

@@ -99,6 +99,9 @@ struct loop_flush {
 /* io_uring completion target: sqe->user_data points at one of these. */
 struct loop_uring_op {
 	void (*cb)(struct loop_uring_op *op, int res, uint32_t cqe_flags);
+	/* Queued with loop_uring_peer_poll_sqe() and not completed yet (owned
+	 * by the loop's thread; set and cleared by the loop). */
+	bool polled;
 };
 
 struct loop_stats {
@@ -196,6 +199,15 @@ bool loop_uring_waits(const struct loop *loop);
  * for each of its CQEs. Its user_data is set; do not change it. NULL when
  * the submission queue cannot give one. */
 struct io_uring_sqe *loop_uring_peer_sqe(struct loop *loop, struct loop_uring_op *op);
+/* As loop_uring_peer_sqe(), for a one-shot operation (one CQE) on a peer
+ * that, while it talks to us, answers at once (an NBD client's next request
+ * after a reply): while it is queued the loop busy-polls before it sleeps,
+ * as adaptive polling (poll-max-ns) decides, so a peer that answers within
+ * the poll time is seen without a sleep and a wake-up; one that does not
+ * (an idle client) brings the poll time down to nothing after a few sleeps.
+ * Between looks the loop yields its CPU, and stops polling once a yield
+ * shows that another task wants it. */
+struct io_uring_sqe *loop_uring_peer_poll_sqe(struct loop *loop, struct loop_uring_op *op);
 /* As loop_uring_peer_sqe(), for an operation that always completes while
  * the kernel takes it in (a socket send with MSG_DONTWAIT, which fails with
  * EAGAIN rather than wait for room): the io_uring_enter that submits it and

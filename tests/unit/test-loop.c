@@ -630,6 +630,61 @@ static void test_uring_ops_batched(void **state)
 	loop_free(loop);
 }
 
+/* Run rounds until u has completed (bounded). */
+static void run_until_done(struct loop *loop, struct uop *u)
+{
+	for (int spins = 0; !u->done && spins < 1000; spins++)
+		loop_run_once(loop, true);
+	assert_int_equal(u->done, 1);
+}
+
+/* A peer operation queued with loop_uring_peer_poll_sqe() lets the loop
+ * poll while it is pending (events just after each sleep grow the poll
+ * time), and stops counting once it completes; one queued with
+ * loop_uring_peer_sqe() does not. */
+static void test_peer_poll(void **state)
+{
+	struct loop *loop = new_loop(1000000);
+	struct loop_stats st;
+	struct uop u = {.op.cb = uop_cb};
+	struct io_uring_sqe *sqe;
+	char buf[4];
+	int p[2];
+
+	(void)state;
+	if (!loop_uring(loop)) {
+		loop_free(loop);
+		skip();
+	}
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	sqe = loop_uring_peer_sqe(loop, &u.op);
+	assert_non_null(sqe);
+	io_uring_prep_read(sqe, p[0], buf, 1, 0);
+	sleep_events(loop, 6, 200000);
+	loop_get_stats(loop, &st);
+	assert_int_equal(st.poll_ns, 0);
+	assert_int_equal(write(p[1], "a", 1), 1);
+	run_until_done(loop, &u);
+
+	u = (struct uop){.op.cb = uop_cb};
+	sqe = loop_uring_peer_poll_sqe(loop, &u.op);
+	assert_non_null(sqe);
+	io_uring_prep_read(sqe, p[0], buf, 1, 0);
+	assert_int_equal(loop->peers_polled, 1);
+	sleep_events(loop, 6, 200000); /* 200 us < max 1 ms */
+	loop_get_stats(loop, &st);
+	assert_true(st.poll_ns > 0);
+	assert_true(st.poll_hits + st.poll_misses > 0);
+	assert_int_equal(write(p[1], "b", 1), 1);
+	run_until_done(loop, &u);
+	assert_int_equal(u.res, 1);
+	assert_int_equal(loop->peers_polled, 0);
+	assert_false(u.op.polled);
+	close(p[0]);
+	close(p[1]);
+	loop_free(loop);
+}
+
 /* A burst of completions is dispatched LOOP_REAP_BUDGET at a time, one
  * batch per round, and the rounds after the first do not sleep on the rest
  * (a far-away timer would hold a sleeping loop for a minute). */
@@ -863,6 +918,7 @@ int main(void)
 		cmocka_unit_test(test_poll_sleep_hook),
 		cmocka_unit_test(test_uring_ops_batched),
 		cmocka_unit_test(test_reap_budget),
+		cmocka_unit_test(test_peer_poll),
 		cmocka_unit_test(test_reap_nested),
 		cmocka_unit_test(test_more_ready),
 		cmocka_unit_test(test_backend_env),
