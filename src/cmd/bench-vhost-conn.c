@@ -565,17 +565,19 @@ void vhc_publish(struct vhc_queue *q, bool event_idx)
 		eventfd_write(q->kick_fd, 1);
 }
 
-int vhc_next_used(struct vhc_queue *q, bool event_idx)
+/* Split: a polling caller leaves used_event where it was, far behind soon, which
+ * asks for one call in 2^16 entries (Linux's virtqueue_disable_cb writes 0). */
+int vhc_next_used(struct vhc_queue *q, bool arm, bool event_idx)
 {
 	struct vring_used_elem e;
 	uint16_t uidx;
 
 	if (q->packed)
-		return vhc_packed_next_used(q, event_idx);
+		return vhc_packed_next_used(q, arm, event_idx);
 	uidx = __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE);
 
 	if (uidx == q->last_used) {
-		if (!event_idx)
+		if (!arm || !event_idx)
 			return -1;
 		/* Ask for a call at the next used entry, then look once more. */
 		__atomic_store_n(&q->avail->ring[q->num], q->last_used, __ATOMIC_RELAXED);
