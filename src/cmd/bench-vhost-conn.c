@@ -3,6 +3,7 @@
  * with QEMU works here), and the driver side of split virtqueues.
  *
  * THREADING RULE: single-threaded; struct vhc belongs to the caller. */
+#include <endian.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -425,12 +426,12 @@ int vhc_disconnect(struct vhc *c)
 
 /* A SCSI command for a virtio-blk request type: READ/WRITE (16), SYNCHRONIZE
  * CACHE (10) for a flush, READ CAPACITY (16) for GET_ID. */
+/* Into a zeroed header: the CDB bytes that are not 0. */
 static void scsi_cdb(uint8_t *cdb, uint32_t type, uint64_t offset, uint32_t len)
 {
-	uint64_t lba = offset / 512;
-	uint32_t n = len / 512;
+	uint64_t lba = htobe64(offset / 512);
+	uint32_t n = htobe32(len / 512);
 
-	memset(cdb, 0, 32);
 	if (type == VIRTIO_BLK_T_FLUSH) {
 		cdb[0] = 0x35;
 		return;
@@ -442,10 +443,8 @@ static void scsi_cdb(uint8_t *cdb, uint32_t type, uint64_t offset, uint32_t len)
 		return;
 	}
 	cdb[0] = type == VIRTIO_BLK_T_OUT ? 0x8a : 0x88;
-	for (int i = 0; i < 8; i++)
-		cdb[2 + i] = (uint8_t)(lba >> (56 - 8 * i));
-	for (int i = 0; i < 4; i++)
-		cdb[10 + i] = (uint8_t)(n >> (24 - 8 * i));
+	memcpy(cdb + 2, &lba, 8);
+	memcpy(cdb + 10, &n, 4);
 }
 
 /* hdr, then data-out and response, or response and data-in. */
@@ -565,17 +564,19 @@ void vhc_publish(struct vhc_queue *q, bool event_idx)
 		eventfd_write(q->kick_fd, 1);
 }
 
-int vhc_next_used(struct vhc_queue *q, bool event_idx)
+/* Split: a polling caller leaves used_event where it was, far behind soon, which
+ * asks for one call in 2^16 entries (Linux's virtqueue_disable_cb writes 0). */
+int vhc_next_used(struct vhc_queue *q, bool arm, bool event_idx)
 {
 	struct vring_used_elem e;
 	uint16_t uidx;
 
 	if (q->packed)
-		return vhc_packed_next_used(q, event_idx);
+		return vhc_packed_next_used(q, arm, event_idx);
 	uidx = __atomic_load_n(&q->used->idx, __ATOMIC_ACQUIRE);
 
 	if (uidx == q->last_used) {
-		if (!event_idx)
+		if (!arm || !event_idx)
 			return -1;
 		/* Ask for a call at the next used entry, then look once more. */
 		__atomic_store_n(&q->avail->ring[q->num], q->last_used, __ATOMIC_RELAXED);

@@ -3,7 +3,7 @@
  * the head's flags last, used entries found by their flags against the used
  * wrap counter, kicks as the device's event area says, and (EVENT_IDX) a call
  * asked for at the next used slot only when about to sleep, as split rings
- * do with used_event.
+ * do with used_event; calls disabled while polling.
  *
  * THREADING RULE: single-threaded; a queue belongs to the caller. */
 #include <stdlib.h>
@@ -33,6 +33,7 @@ void vhc_packed_init(struct vhc_queue *q)
 	q->pk_avail = q->pk_used = 0;
 	memset(ring(q), 0, 16ull * q->num);
 	memset(driver_event(q), 0, sizeof(struct vring_packed_event));
+	q->pk_event_flags = VRING_PACKED_EVENT_ENABLE;
 	free(q->pk_ndesc);
 	q->pk_ndesc = calloc(q->nslots, 1);
 }
@@ -91,25 +92,38 @@ bool vhc_packed_pending(const struct vhc_queue *q)
 	       !!(f & VRING_PACKED_DESC_F_USED) == q->used_wrap;
 }
 
-int vhc_packed_next_used(struct vhc_queue *q, bool arm)
+static void set_event(struct vhc_queue *q, uint16_t flags)
 {
-	struct vring_packed_event *ev = driver_event(q);
+	if (q->pk_event_flags != flags)
+		__atomic_store_n(&driver_event(q)->flags, flags, __ATOMIC_RELAXED);
+	q->pk_event_flags = flags;
+}
+
+/* About to sleep: ask for a call (EVENT_IDX: at the next used slot), then
+ * look once more. True when something came meanwhile. */
+static bool arm_call(struct vhc_queue *q, bool event_idx)
+{
+	if (event_idx)
+		__atomic_store_n(&driver_event(q)->off_wrap,
+				 (uint16_t)(q->pk_used | (q->used_wrap ? VRING_PACKED_WRAP : 0)),
+				 __ATOMIC_RELAXED);
+	set_event(q, event_idx ? VRING_PACKED_EVENT_DESC : VRING_PACKED_EVENT_ENABLE);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return vhc_packed_pending(q);
+}
+
+/* A polling caller wants no calls: the event area says DISABLE, as Linux's
+ * virtqueue_disable_cb writes for a packed ring (an event left at a slot
+ * would be passed again every other lap of the ring). */
+int vhc_packed_next_used(struct vhc_queue *q, bool arm, bool event_idx)
+{
 	uint16_t id;
 	unsigned n;
 
-	if (!vhc_packed_pending(q)) {
-		if (!arm)
-			return -1;
-		/* About to sleep (EVENT_IDX): ask for a call at the next used slot,
-		 * then look once more. */
-		__atomic_store_n(&ev->off_wrap,
-				 (uint16_t)(q->pk_used | (q->used_wrap ? VRING_PACKED_WRAP : 0)),
-				 __ATOMIC_RELAXED);
-		__atomic_store_n(&ev->flags, VRING_PACKED_EVENT_DESC, __ATOMIC_RELAXED);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (!vhc_packed_pending(q))
-			return -1;
-	}
+	if (!arm)
+		set_event(q, VRING_PACKED_EVENT_DISABLE);
+	if (!vhc_packed_pending(q) && (!arm || !arm_call(q, event_idx)))
+		return -1;
 	id = ring(q)[q->pk_used].id;
 	if (id >= q->nslots || !q->slots[id].busy || !q->pk_ndesc[id])
 		return -2; /* the back-end returned something we never gave */

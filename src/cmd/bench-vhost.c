@@ -147,7 +147,7 @@ static int vb_reap_ring(struct vb *b, struct vhc_queue *q, bool arm)
 {
 	int s;
 
-	while ((s = vhc_next_used(q, arm && vhc_event_idx(&b->c))) >= 0)
+	while ((s = vhc_next_used(q, arm, vhc_event_idx(&b->c))) >= 0)
 		vb_complete(b, q, (unsigned)s);
 	if (s == -2)
 		return -EPROTO;

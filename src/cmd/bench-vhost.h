@@ -47,6 +47,7 @@ struct vhc_queue {
 	bool avail_wrap, used_wrap;
 	uint16_t pk_avail, pk_used; /* next slot to make available, to find used */
 	uint8_t *pk_ndesc;          /* descriptors each request slot took */
+	uint16_t pk_event_flags;    /* what we last wrote to the driver event area */
 	struct vhc_slot *slots;
 	unsigned nslots;
 	unsigned *free;
@@ -88,8 +89,10 @@ void vhc_submit(struct vhc *c, struct vhc_queue *q, unsigned s, uint32_t type, u
 		uint32_t len);
 /* Make queued requests visible and kick if the back-end wants it. */
 void vhc_publish(struct vhc_queue *q, bool event_idx);
-/* Next completed slot, or -1 (re-arms used_event when empty). */
-int vhc_next_used(struct vhc_queue *q, bool event_idx);
+/* Next completed slot, or -1. arm: about to sleep, so when empty ask for a call
+ * (EVENT_IDX: at the next used entry) and look once more; else the caller
+ * polls (packed: calls are disabled, as a polling guest driver does). */
+int vhc_next_used(struct vhc_queue *q, bool arm, bool event_idx);
 bool vhc_event_idx(const struct vhc *c);
 /* The request of slot sl succeeded (blk status, scsi status and response). */
 bool vhc_slot_ok(const struct vhc *c, const struct vhc_slot *sl);
@@ -104,7 +107,7 @@ void vhc_packed_init(struct vhc_queue *q);
 /* Make the chain d[0..] (NEXT flags, split next indices from 3 * s) of slot s available. */
 void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d);
 bool vhc_packed_kick_wanted(const struct vhc_queue *q);
-int vhc_packed_next_used(struct vhc_queue *q, bool arm);
+int vhc_packed_next_used(struct vhc_queue *q, bool arm, bool event_idx);
 bool vhc_packed_pending(const struct vhc_queue *q);
 
 #endif

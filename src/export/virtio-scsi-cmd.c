@@ -53,7 +53,11 @@ static void respond(struct vscsi_req *r, uint32_t data_len)
 	resp[11] = r->response;
 	if (r->sense_len)
 		scsi_sense_fixed(resp + RESP_FIXED, r->key, r->asc);
-	chain_write(r->v.iov + r->v.nout, r->v.nin, resp, RESP_FIXED + r->sense_len);
+	/* Constant lengths for the usual cases: the copies become a few moves. */
+	if (r->sense_len)
+		chain_write(r->v.iov + r->v.nout, r->v.nin, resp, RESP_FIXED + r->sense_len);
+	else
+		chain_write(r->v.iov + r->v.nout, r->v.nin, resp, RESP_FIXED);
 	r->v.used_len = r->resp_size + data_len;
 	vscsi_lun_put(r->lun);
 	r->lun = NULL;
@@ -340,7 +344,10 @@ enum vblk_submit_result vscsi_cmd_submit(struct vscsi_req *r)
 	r->status = SCSI_STATUS_GOOD;
 	r->response = VIRTIO_SCSI_S_OK;
 	r->sense_len = 0;
-	chain_read(r->v.iov, r->v.nout, hdr, HDR_FIXED + cdb_used);
+	if (cdb_used == 16)
+		chain_read(r->v.iov, r->v.nout, hdr, HDR_FIXED + 16);
+	else
+		chain_read(r->v.iov, r->v.nout, hdr, HDR_FIXED + cdb_used);
 	lun = vscsi_lun_decode(hdr);
 	if (lun < 0)
 		return finish_response(r, VIRTIO_SCSI_S_BAD_TARGET);

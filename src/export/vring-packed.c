@@ -39,6 +39,7 @@ int vring_packed_start(struct vring *vr)
 		return -EINVAL;
 	vr->inflight = NULL; /* the inflight area has a split layout only */
 	vr->batch = 0;
+	vr->pk_slots = 0;
 	vr->inuse = 0;
 	vr->signalled_valid = false;
 	vr->notify_off = false;
@@ -174,6 +175,7 @@ void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len)
 		vr->used_wrap = !vr->used_wrap;
 	}
 	vr->used_idx = (uint16_t)used;
+	vr->pk_slots = (uint16_t)(vr->pk_slots + n);
 	vr->batch++;
 	vr->inuse--;
 	if (vr->log)
@@ -182,31 +184,36 @@ void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len)
 
 /* Does the driver want a notification for what was pushed since the last
  * one? Its event suppression area says: always, never, or (EVENT_IDX) once
- * the used slot passes the one it names, with its wrap counter. */
+ * the used slot passes the one it names, with its wrap counter. The window is
+ * the slots written since the last decision, counted: comparing slot numbers
+ * would see every lap as a pass, and call a polling driver that left a stale
+ * event behind once per lap of the ring. */
 bool vring_packed_flush(struct vring *vr)
 {
 	struct vring_packed_event e;
-	uint16_t old = vr->signalled_used;
+	uint16_t slots = vr->pk_slots;
 	bool valid = vr->signalled_valid;
 	int off;
 
 	if (!vr->batch)
 		return false;
 	vr->batch = 0;
+	vr->pk_slots = 0;
 	/* Our used entries before we read the driver's wishes. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	e.off_wrap = load16(&vr->driver_event->off_wrap);
 	e.flags = load16(&vr->driver_event->flags);
-	vr->signalled_used = vr->used_idx;
 	vr->signalled_valid = true;
 	if (e.flags == VRING_PACKED_EVENT_DISABLE)
 		return false;
-	if (e.flags != VRING_PACKED_EVENT_DESC || !vr->event_idx || !valid)
+	if (e.flags != VRING_PACKED_EVENT_DESC || !vr->event_idx || !valid || slots >= vr->num)
 		return true;
+	/* The event's slot in the lap the used index is in (negative: the lap
+	 * before); the window is the slots [used_idx - slots, used_idx). */
 	off = e.off_wrap & 0x7fff;
 	if (!!(e.off_wrap & VRING_PACKED_WRAP) != vr->used_wrap)
 		off -= vr->num;
-	return vring_need_event((uint16_t)off, vr->used_idx, old);
+	return vring_need_event((uint16_t)off, vr->used_idx, (uint16_t)(vr->used_idx - slots));
 }
 
 void vring_packed_notify(struct vring *vr, bool on)

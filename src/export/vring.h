@@ -165,12 +165,15 @@ struct vring {
 	bool avail_wrap, used_wrap;
 	uint16_t last_avail;     /* next avail entry to take */
 	uint16_t used_idx;       /* next used entry (published by vring_flush) */
-	uint16_t signalled_used; /* used idx when we last decided about notifying */
+	uint16_t signalled_used; /* split: used idx when we last decided about notifying */
 	bool signalled_valid;
 	uint16_t batch;   /* used entries written since the last flush */
 	uint16_t inuse;   /* chains taken and not yet used */
 	bool notify_off;  /* kicks suppressed */
 	uint64_t counter; /* inflight order counter */
+	/* Packed: used slots written since the last notification decision (the
+	 * EVENT_IDX window; slot numbers alone cannot tell a lap from none). */
+	uint16_t pk_slots;
 	/* Packed: descriptors each buffer id took (the used entry skips as many). */
 	uint16_t pk_ndesc[VRING_MAX_SIZE];
 };

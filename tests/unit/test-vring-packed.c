@@ -289,6 +289,47 @@ static void test_notify(void **state)
 	assert_true(vring_enable_notify(&f->vr)); /* a chain came meanwhile */
 }
 
+/* One chain of n slots made available, taken and used; what the flush that
+ * ends the round decides. */
+static bool use(struct fx *f, unsigned n, uint16_t id)
+{
+	offer(f, n, 16, id, 0);
+	assert_int_equal(pop(f), 1);
+	vring_push(&f->vr, id, 0);
+	return vring_flush(&f->vr);
+}
+
+/* A driver that asked for a call at one slot and then polls, leaving the
+ * event behind: the used index lapping the ring is no pass, only reaching
+ * that slot (with its wrap counter) is. */
+static void test_notify_stale_event(void **state)
+{
+	struct fx *f = *state;
+	struct vring_packed_event *drv = f->vr.driver_event;
+	unsigned lap;
+
+	f->vr.event_idx = true;
+	assert_int_equal(vring_start(&f->vr), 0);
+	drv->flags = VRING_PACKED_EVENT_DESC;
+	drv->off_wrap = 2 | VRING_PACKED_WRAP;
+	assert_true(use(f, 1, 0));  /* the first decision after start */
+	assert_false(use(f, 1, 1)); /* slot 1 */
+	assert_true(use(f, 1, 2));  /* slot 2: the event */
+	/* Slots 3-4, 5-6, 7-0 (the used wrap counter flips: the event is a lap
+	 * behind), 1-2 (slot 2 of this lap has the other counter), 3-4, 5-6,
+	 * 7-0 (flips back): no call. */
+	for (lap = 0; lap < 7; lap++)
+		assert_false(use(f, 2, (uint16_t)(3 + lap % 5)));
+	assert_int_equal(f->vr.used_idx, 1);
+	assert_true(f->vr.used_wrap);
+	assert_true(use(f, 2, 0)); /* slots 1-2: the event again */
+	/* More than a lap since the last decision: every event is passed. */
+	drv->off_wrap = 6 | VRING_PACKED_WRAP;
+	f->vr.pk_slots = NUM;
+	f->vr.batch = 1;
+	assert_true(vring_flush(&f->vr));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -297,6 +338,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_indirect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_notify_stale_event, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
