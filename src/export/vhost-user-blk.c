@@ -194,11 +194,7 @@ static void vub_again_cb(struct loop_defer *d)
 		loop_request_flush(q->loop, &q->flush); /* may finish a stop */
 }
 
-/* Process with kicks suppressed, then re-enable them and look again. A
- * polled queue leaves them off: its poll handler looks again, and its sleep
- * hook (vub_sleep_cb) enables them before the loop may sleep. Enabling them
- * here would have a polling driver kick once a round, each kick arming the
- * next (split EVENT_IDX: avail_event moved to the end of what we took). */
+/* Process with kicks suppressed, then re-enable them and look again. */
 void vub_run(struct vub_queue *q)
 {
 	unsigned i;
@@ -206,7 +202,7 @@ void vub_run(struct vub_queue *q)
 	for (i = 0; i < VUB_RUN_ROUNDS; i++) {
 		vring_disable_notify(q->vr);
 		vub_process(q);
-		if (q->broken || q->starved || q->poll_on || !vring_enable_notify(q->vr))
+		if (q->broken || q->starved || !vring_enable_notify(q->vr))
 			return;
 	}
 	/* A driver adding as fast as we take: let other handlers run first. */
