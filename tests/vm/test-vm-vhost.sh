@@ -122,6 +122,17 @@ if [ "${IOPLANE_VM_PACKED:-1}" = 1 ]; then
 		{ echo "FAIL: the guest did not negotiate packed rings"; exit 1; }
 fi
 
+# same_pattern RUN RAW: the first pattern_mb MiB of RAW hash to the pattern_sha256 the
+# guest of RUN printed.
+same_pattern() {
+	local want mb
+	want=$(sed -n 's/.*VMTEST: pattern_sha256=\([0-9a-f]*\).*/\1/p' "$tmp/$1.log" | head -n 1)
+	mb=$(sed -n 's/.*VMTEST: pattern_sha256=[0-9a-f]* pattern_mb=\([0-9]*\).*/\1/p' \
+		"$tmp/$1.log" | head -n 1)
+	[ -n "$want" ] && [ -n "$mb" ] &&
+		[ "$(head -c $((mb * 1048576)) "$2" | sha256sum | cut -d' ' -f1)" = "$want" ]
+}
+
 # A live external snapshot: the guest's qcow2 disk is hot-plugged, and once it has
 # written and verified its serial pattern the node is snapshotted into an overlay; the
 # guest goes on writing and verifying (parallel pattern, discard) through it. After
@@ -132,9 +143,6 @@ if [ "${IOPLANE_VM_SNAPSHOT:-1}" = 1 ]; then
 		--server-cmd "qemu-img convert -f raw -O qcow2 \"\$VMTEST_IMG\" $q && exec $serve --image d,file=$q,format=qcow2 --monitor unix=\"\$VMTEST_SOCK.qmp\"" \
 		--hotplug "exec python3 $here/vm-hotplug.py d --snapshot $o"
 	[ -f "$o" ] || { echo "FAIL: no snapshot taken"; exit 1; }
-	want=$(sed -n 's/.*VMTEST: pattern_sha256=\([0-9a-f]*\).*/\1/p' "$tmp/snapshot.log" | head -n 1)
-	mb=$(sed -n 's/.*VMTEST: pattern_sha256=[0-9a-f]* pattern_mb=\([0-9]*\).*/\1/p' \
-		"$tmp/snapshot.log" | head -n 1)
 	for img in "$q" "$o"; do
 		qemu-img check "$img" >"$tmp/check.log" 2>&1 || { cat "$tmp/check.log"; echo "FAIL: qemu-img check $img"; exit 1; }
 	done
@@ -145,8 +153,7 @@ if [ "${IOPLANE_VM_SNAPSHOT:-1}" = 1 ]; then
 sys.exit(0 if any(e["depth"] == 0 and e["data"] for e in json.load(sys.stdin)) else 1)' ||
 		{ echo "FAIL: the overlay holds no data: the guest wrote nothing after the snapshot"; exit 1; }
 	qemu-img convert -f qcow2 -O raw "$o" "$tmp/snap.raw"
-	got=$(head -c $((mb * 1048576)) "$tmp/snap.raw" | sha256sum | cut -d' ' -f1)
-	[ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: the snapshot chain differs from the guest's data"; exit 1; }
+	same_pattern snapshot "$tmp/snap.raw" || { echo "FAIL: the snapshot chain differs from the guest's data"; exit 1; }
 	echo "live snapshot: the chain holds the guest's data: ok"
 fi
 
@@ -160,11 +167,7 @@ if [ "${IOPLANE_VM_MIRROR:-1}" = 1 ]; then
 		--server-cmd "exec $serve --image d,file=\"\$VMTEST_IMG\",format=raw --monitor unix=\"\$VMTEST_SOCK.qmp\"" \
 		--hotplug "exec python3 $here/vm-hotplug.py d --mirror $m"
 	[ -f "$m" ] || { echo "FAIL: no mirror target"; exit 1; }
-	want=$(sed -n 's/.*VMTEST: pattern_sha256=\([0-9a-f]*\).*/\1/p' "$tmp/mirror.log" | head -n 1)
-	mb=$(sed -n 's/.*VMTEST: pattern_sha256=[0-9a-f]* pattern_mb=\([0-9]*\).*/\1/p' \
-		"$tmp/mirror.log" | head -n 1)
-	got=$(head -c $((mb * 1048576)) "$m" | sha256sum | cut -d' ' -f1)
-	[ -n "$want" ] && [ "$got" = "$want" ] || { echo "FAIL: the mirror target differs from the guest's data"; exit 1; }
+	same_pattern mirror "$m" || { echo "FAIL: the mirror target differs from the guest's data"; exit 1; }
 	echo "live mirror: the export switched and the copy holds the guest's data: ok"
 fi
 
