@@ -679,21 +679,57 @@ struct io_uring_sqe *loop_uring_peer_poll_sqe(struct loop *loop, struct loop_uri
 	return sqe;
 }
 
+/* Room for two linked SQEs, which must go in one submission: submitting
+ * what is queued if need be. */
+static bool ring_room_for_link(struct loop *loop)
+{
+	if (!loop->have_ring)
+		return false;
+	if (io_uring_sq_space_left(&loop->ring) < 2)
+		loop_ring_submit(loop);
+	return io_uring_sq_space_left(&loop->ring) >= 2;
+}
+
 struct io_uring_sqe *loop_uring_inline_sqe(struct loop *loop, struct loop_uring_op *op)
 {
 	struct io_uring_sqe *sqe;
 
-	/* The op and its linked NOP go in one submission. */
-	if (!loop->have_ring)
-		return NULL;
-	if (io_uring_sq_space_left(&loop->ring) < 2)
-		loop_ring_submit(loop);
-	if (io_uring_sq_space_left(&loop->ring) < 2)
+	if (!ring_room_for_link(loop)) /* the op and its linked NOP */
 		return NULL;
 	sqe = loop_uring_peer_sqe(loop, op);
 	if (sqe)
 		loop->inline_sqes++;
 	return sqe;
+}
+
+bool loop_uring_delay_link(struct loop *loop, struct __kernel_timespec *ts)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!ring_room_for_link(loop)) /* the timeout and the op behind it */
+		return false;
+	sqe = io_uring_get_sqe(&loop->ring);
+	/* ETIME_SUCCESS: expiring is success, so the link goes on. Not
+	 * CQE_SKIP_SUCCESS: with it on the head, a cancel of the head posts
+	 * no completion for the op behind it either (Linux 6.18), whose owner
+	 * would wait for it for ever. */
+	io_uring_prep_timeout(sqe, ts, 0, IORING_TIMEOUT_ETIME_SUCCESS);
+	sqe->flags |= IOSQE_IO_LINK;
+	/* Ignored when reaped; unique, so that loop_uring_cancel_delay()
+	 * finds it. */
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)ts | TAG_IGNORE);
+	return true;
+}
+
+int loop_uring_cancel_delay(struct loop *loop, const struct __kernel_timespec *ts)
+{
+	struct io_uring_sqe *sqe = ring_get_sqe(loop);
+
+	if (!sqe)
+		return loop->have_ring ? -EBUSY : -ENOSYS;
+	io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)ts | TAG_IGNORE, 0);
+	io_uring_sqe_set_data64(sqe, TAG_IGNORE);
+	return 0;
 }
 
 void loop_uring_inline_link(struct loop *loop, struct io_uring_sqe *sqe)

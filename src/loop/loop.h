@@ -219,6 +219,16 @@ struct io_uring_sqe *loop_uring_peer_poll_sqe(struct loop *loop, struct loop_uri
  * ends that wait at once, so that the owner hears of it now. */
 struct io_uring_sqe *loop_uring_inline_sqe(struct loop *loop, struct loop_uring_op *op);
 void loop_uring_inline_link(struct loop *loop, struct io_uring_sqe *sqe);
+/* Hold back the operation whose SQE is taken next (at once, with
+ * loop_uring_peer_sqe()) until *ts (relative) has passed: a timeout linked
+ * before it, whose own completion the loop drops. *ts is read when the
+ * two are submitted (it need not live longer) and names the timeout for
+ * loop_uring_cancel_delay(), which ends it early and so fails the op
+ * behind it with -ECANCELED (a cancel of that op itself does not find it
+ * while it waits). False when the submission queue cannot take both. */
+struct __kernel_timespec;
+bool loop_uring_delay_link(struct loop *loop, struct __kernel_timespec *ts);
+int loop_uring_cancel_delay(struct loop *loop, const struct __kernel_timespec *ts);
 /* Cancel an operation queued with loop_uring_peer_sqe(): it completes
  * (with -ECANCELED unless it finished meanwhile) after the loop's next
  * submission; so does the cancel itself, to done (NULL: no callback). */

@@ -638,25 +638,33 @@ static void run_until_done(struct loop *loop, struct uop *u)
 	assert_int_equal(u->done, 1);
 }
 
+/* A loop with an io_uring (the test is skipped without) and a pipe. */
+static struct loop *ring_loop_pipe(int64_t poll_max_ns, int p[2])
+{
+	struct loop *loop = new_loop(poll_max_ns);
+
+	if (!loop_uring(loop)) {
+		loop_free(loop);
+		skip();
+	}
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	return loop;
+}
+
 /* A peer operation queued with loop_uring_peer_poll_sqe() lets the loop
  * poll while it is pending (events just after each sleep grow the poll
  * time), and stops counting once it completes; one queued with
  * loop_uring_peer_sqe() does not. */
 static void test_peer_poll(void **state)
 {
-	struct loop *loop = new_loop(1000000);
 	struct loop_stats st;
 	struct uop u = {.op.cb = uop_cb};
 	struct io_uring_sqe *sqe;
 	char buf[4];
 	int p[2];
+	struct loop *loop = ring_loop_pipe(1000000, p);
 
 	(void)state;
-	if (!loop_uring(loop)) {
-		loop_free(loop);
-		skip();
-	}
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	sqe = loop_uring_peer_sqe(loop, &u.op);
 	assert_non_null(sqe);
 	io_uring_prep_read(sqe, p[0], buf, 1, 0);
@@ -680,6 +688,53 @@ static void test_peer_poll(void **state)
 	assert_int_equal(u.res, 1);
 	assert_int_equal(loop->peers_polled, 0);
 	assert_false(u.op.polled);
+	close(p[0]);
+	close(p[1]);
+	loop_free(loop);
+}
+
+/* A receive behind loop_uring_delay_link() starts only once the delay has
+ * passed, though its bytes are there; loop_uring_cancel_delay() fails a receive still waiting with
+ * -ECANCELED, where a cancel of the receive itself does not find it. */
+static void queue_delayed_read(struct loop *loop, struct __kernel_timespec *ts, struct uop *u,
+			       int fd, char *buf)
+{
+	struct io_uring_sqe *sqe;
+
+	*u = (struct uop){.op.cb = uop_cb};
+	assert_true(loop_uring_delay_link(loop, ts));
+	sqe = loop_uring_peer_sqe(loop, &u->op);
+	assert_non_null(sqe);
+	io_uring_prep_read(sqe, fd, buf, 1, 0);
+}
+
+static void test_delay_link(void **state)
+{
+	struct __kernel_timespec ts = {.tv_nsec = 20 * 1000000};
+	struct uop u, c = {.op.cb = uop_cb};
+	uint64_t t0;
+	char buf[4];
+	int p[2];
+	struct loop *loop = ring_loop_pipe(0, p);
+
+	(void)state;
+	assert_int_equal(write(p[1], "ab", 2), 2);
+	t0 = loop_now_ns();
+	queue_delayed_read(loop, &ts, &u, p[0], buf);
+	run_until_done(loop, &u);
+	assert_int_equal(u.res, 1);
+	assert_true(loop_now_ns() - t0 >= 20 * 1000000);
+
+	ts.tv_sec = 60; /* far beyond the test: only the cancel ends it */
+	queue_delayed_read(loop, &ts, &u, p[0], buf);
+	loop_run_once(loop, false);
+	assert_int_equal(u.done, 0);
+	assert_int_equal(loop_uring_cancel_peer(loop, &u.op, &c.op), 0);
+	run_until_done(loop, &c);
+	assert_int_equal(u.done, 0);
+	assert_int_equal(loop_uring_cancel_delay(loop, &ts), 0);
+	run_until_done(loop, &u);
+	assert_int_equal(u.res, -ECANCELED);
 	close(p[0]);
 	close(p[1]);
 	loop_free(loop);
@@ -919,6 +974,7 @@ int main(void)
 		cmocka_unit_test(test_uring_ops_batched),
 		cmocka_unit_test(test_reap_budget),
 		cmocka_unit_test(test_peer_poll),
+		cmocka_unit_test(test_delay_link),
 		cmocka_unit_test(test_reap_nested),
 		cmocka_unit_test(test_more_ready),
 		cmocka_unit_test(test_backend_env),
