@@ -17,6 +17,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <linux/time_types.h>
 
 #include "util/gnutls-dl.h"
 
@@ -317,6 +318,18 @@ struct nbd_conn {
 	uint8_t rx_n;
 	uint32_t rx_mean_ns;
 	uint64_t rx_last_ns, rx_sum_ns;
+	/* Whether the receive is held back by RING_HOLD_NS first (rx_hold),
+	 * so that a pipelining client's requests gather and go in one round,
+	 * chosen by nbd-ring.c from the rate of requests measured both ways:
+	 * hold_n requests since hold_t0 in the current phase (a probe of the
+	 * other way while hold_probe), hold_mean_ns per request the way in
+	 * use; hold_seen: a receive of this phase held several requests;
+	 * hold_run: the run phase's length (grows while holding loses).
+	 * rx_held: the receive in flight waits behind hold_ts. */
+	bool rx_hold, rx_held, hold_probe, hold_seen;
+	uint32_t hold_n, hold_run;
+	uint64_t hold_t0, hold_mean_ns;
+	struct __kernel_timespec hold_ts;
 	struct loop_uring_op recv_op;
 	struct msghdr rx_msg;
 	struct iovec rx_iov[2];

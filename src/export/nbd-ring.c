@@ -44,6 +44,21 @@
  * client does not wait for us) ends polling: polling would take such
  * requests in one at a time, two system calls each.
  *
+ * A client that does not wait for each reply (a queue depth above one)
+ * still sends its requests one at a time, and a loop quicker than the
+ * client takes each alone: a round, its receive and its send per request,
+ * which is most of the CPU time a request costs. Such a connection's
+ * receive may be held back for RING_HOLD_NS (a timeout linked before it,
+ * loop_uring_delay_link()) so that the requests sent meanwhile come in one
+ * round and their replies go out in one send (4 KiB reads at depth 64 on
+ * a 2-vCPU machine: 2.5 to 3 requests a round instead of about one, half
+ * the CPU time per request, and more requests per second, as the client
+ * too handles them in batches). A client with few requests in flight waits
+ * for those held, so the hold is tried only after a receive held several
+ * requests, and kept while it costs no throughput: the rate of requests,
+ * RING_HOLD_PROBE of them the other way after each run the way in use
+ * (hold_run, from RING_HOLD_RUN, doubling while holding loses).
+ *
  * Threading: runs on the connection's loop. */
 #include <errno.h>
 #include <liburing.h>
@@ -60,6 +75,16 @@
 #define RING_PROBE 16
 /* A longer gap is the client pausing, not a round trip. */
 #define RING_GAP_MAX_NS 1000000u
+/* Holding the receive back (see above): for how long, and the requests
+ * received the way in use (at first: the run doubles while holding loses,
+ * up to RING_HOLD_RUN_MAX), then the other way. Holding is kept unless
+ * its rate of requests is RING_HOLD_SLOWER percent below the other's (it
+ * costs fewer rounds). */
+#define RING_HOLD_NS 50000
+#define RING_HOLD_RUN 1024u
+#define RING_HOLD_RUN_MAX (1024u * 64)
+#define RING_HOLD_PROBE 128u
+#define RING_HOLD_SLOWER 10u
 
 static void ring_recv_done(struct loop_uring_op *op, int res, uint32_t cqe_flags);
 static void ring_send_done(struct loop_uring_op *op, int res, uint32_t cqe_flags);
@@ -151,8 +176,15 @@ static void ring_arm_recv(struct nbd_conn *c)
 		nbd_conn_close(c, "input buffer full");
 		return;
 	}
-	sqe = c->rx_poll ? loop_uring_peer_poll_sqe(c->loop, &c->recv_op)
-			 : loop_uring_peer_sqe(c->loop, &c->recv_op);
+	/* Not a write's payload: the client sends that without waiting. */
+	c->rx_held = false;
+	if (c->rx_hold && cnt == 1) {
+		c->hold_ts.tv_sec = 0;
+		c->hold_ts.tv_nsec = RING_HOLD_NS;
+		c->rx_held = loop_uring_delay_link(c->loop, &c->hold_ts);
+	}
+	sqe = c->rx_poll && !c->rx_held ? loop_uring_peer_poll_sqe(c->loop, &c->recv_op)
+					: loop_uring_peer_sqe(c->loop, &c->recv_op);
 	if (!sqe) {
 		nbd_conn_close(c, "cannot read the socket");
 		return;
@@ -166,7 +198,8 @@ static void ring_arm_recv(struct nbd_conn *c)
 		io_uring_prep_recv(sqe, c->fd, c->rx_iov[0].iov_base, c->rx_iov[0].iov_len, 0);
 	else
 		io_uring_prep_recvmsg(sqe, c->fd, &c->rx_msg, 0);
-	sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+	if (!c->rx_held) /* when held, the requests are there as a rule */
+		sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
 	c->recv_armed = true;
 	nbd_conn_get(c);
 }
@@ -180,6 +213,9 @@ void nbd_ring_update(struct nbd_conn *c)
 		 * dropped write's buffer (and so the connection) otherwise. */
 		if (loop_uring_cancel_peer(c->loop, &c->recv_op, NULL) == 0)
 			c->recv_cancelled = true;
+		/* A receive still behind its hold is found through that. */
+		if (c->rx_held)
+			loop_uring_cancel_delay(c->loop, &c->hold_ts);
 	}
 }
 
@@ -190,8 +226,65 @@ static void ring_phase(struct nbd_conn *c, bool probe)
 	c->rx_sum_ns = 0;
 }
 
+static void hold_phase(struct nbd_conn *c, bool probe, uint64_t now)
+{
+	c->hold_probe = probe;
+	c->hold_seen = false;
+	c->hold_n = 0;
+	c->hold_t0 = now;
+}
+
+/* The probe is over: keep the way it tried, or go back. */
+static void hold_decide(struct nbd_conn *c, uint64_t mean)
+{
+	bool keep;
+
+	if (c->rx_hold) /* holding: kept unless RING_HOLD_SLOWER % slower */
+		keep = mean * 100 <= c->hold_mean_ns * (100 + RING_HOLD_SLOWER);
+	else
+		keep = mean * (100 + RING_HOLD_SLOWER) < c->hold_mean_ns * 100;
+	if (keep)
+		c->hold_mean_ns = mean;
+	else
+		c->rx_hold = !c->rx_hold;
+	/* Holding lost: try it again later and later, as it costs throughput. */
+	if (!c->rx_hold && c->hold_run < RING_HOLD_RUN_MAX)
+		c->hold_run *= 2;
+	else if (c->rx_hold)
+		c->hold_run = RING_HOLD_RUN;
+}
+
+/* n requests came in a receive, gap after the one before: measure the rate
+ * of requests and decide whether the next receive is held back. */
+static void ring_note_hold(struct nbd_conn *c, unsigned n, uint64_t now, uint64_t gap)
+{
+	uint64_t mean;
+
+	if (!c->hold_run)
+		c->hold_run = RING_HOLD_RUN;
+	if (gap > RING_GAP_MAX_NS) { /* the client paused: measure afresh */
+		hold_phase(c, c->hold_probe, now);
+		return;
+	}
+	c->hold_seen |= n > 1;
+	c->hold_n += n;
+	if (c->hold_n < (c->hold_probe ? RING_HOLD_PROBE : c->hold_run))
+		return;
+	mean = (now - c->hold_t0) / c->hold_n;
+	if (c->hold_probe) {
+		hold_decide(c, mean);
+		hold_phase(c, false, now);
+	} else if (c->rx_hold || c->hold_seen) { /* now try the other way */
+		c->hold_mean_ns = mean;
+		c->rx_hold = !c->rx_hold;
+		hold_phase(c, true, now);
+	} else { /* one request a receive: nothing to gather */
+		hold_phase(c, false, now);
+	}
+}
+
 /* A receive held n requests (0: only part of one): time the client's round
- * trip and decide whether the next receive is polled for. */
+ * trip and decide whether the next receive is polled for or held back. */
 static void ring_note_batch(struct nbd_conn *c, unsigned n)
 {
 	uint64_t now, gap;
@@ -202,7 +295,8 @@ static void ring_note_batch(struct nbd_conn *c, unsigned n)
 	now = loop_now_ns();
 	gap = now - c->rx_last_ns;
 	c->rx_last_ns = now;
-	if (n > 1) {
+	ring_note_hold(c, n, now, gap);
+	if (n > 1 || c->rx_hold) {
 		c->rx_poll = false;
 		ring_phase(c, false);
 		return;
@@ -232,7 +326,7 @@ static void ring_recv_done(struct loop_uring_op *op, int res, uint32_t cqe_flags
 	unsigned busy = c->busy;
 
 	(void)cqe_flags;
-	c->recv_armed = c->recv_cancelled = false;
+	c->recv_armed = c->recv_cancelled = c->rx_held = false;
 	if (c->cur_held) { /* dropped while we were receiving into it */
 		nbd_req_release(c->cur_held);
 		c->cur_held = NULL;
