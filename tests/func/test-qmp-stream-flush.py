@@ -12,31 +12,14 @@ streamed whole into the top with auto-finalize off:
 ioplane only (qsd has no flush-behind). Exit 0 pass, 77 skip, 1 fail."""
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _copyjobs import MiB, qemu_io, run  # noqa: E402
 from _qmp import Closed, Daemon, fail, skip  # noqa: E402
 
-MiB = 1 << 20
 SIZE = 96 * MiB
-
-
-def run(argv, ok=(0,)):
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                       stdin=subprocess.DEVNULL)
-    if r.returncode not in ok:
-        fail('%s: rc %d %s%s' % (' '.join(argv), r.returncode, r.stdout[-2000:],
-                                 r.stderr[-2000:]))
-    return r
-
-
-def qemu_io(img, *cmds):
-    out = run(['qemu-io', '-f', 'qcow2'] + [a for c in cmds for a in ('-c', c)] +
-              [img]).stdout
-    if 'fail' in out.lower() or 'error' in out.lower():
-        fail('qemu-io %s: %s' % (img, out))
 
 
 def make_chain(tmp, tag):
@@ -44,11 +27,11 @@ def make_chain(tmp, tag):
     base, mid, top = (os.path.join(tmp, '%s-%s.qcow2' % (tag, n))
                       for n in ('base', 'mid', 'top'))
     run(['qemu-img', 'create', '-q', '-f', 'qcow2', base, str(SIZE)])
-    qemu_io(base, 'write -P 0x11 0 %d' % SIZE)
+    qemu_io(base, ['write -P 0x11 0 %d' % SIZE])
     run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b', base, '-F', 'qcow2', mid])
-    qemu_io(mid, 'write -P 0x22 0 %d' % (SIZE // 2))
+    qemu_io(mid, ['write -P 0x22 0 %d' % (SIZE // 2)])
     run(['qemu-img', 'create', '-q', '-f', 'qcow2', '-b', mid, '-F', 'qcow2', top])
-    qemu_io(top, 'write -P 0x33 %d %d' % (MiB, MiB))
+    qemu_io(top, ['write -P 0x33 %d %d' % (MiB, MiB)])
     ref = os.path.join(tmp, tag + '-ref.raw')
     run(['qemu-img', 'convert', '-f', 'qcow2', '-O', 'raw', top, ref])
     return mid, top, ref
