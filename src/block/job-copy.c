@@ -9,6 +9,9 @@
  * writes the lock holds back, never holds the chunk back in turn; a new
  * chunk waits for such a drain to end before it takes its lock.
  *
+ * With flush_every, the file under dst that holds the data is flushed each
+ * time that many bytes more were written (flush-behind), one flush at a time.
+ *
  * THREADING RULE: job loop only (the job's coroutine and the completions of
  * its requests, which run on that loop). */
 #include <errno.h>
@@ -39,6 +42,11 @@ struct job_copy {
 	unsigned inflight;
 	int error;    /* first reported error */
 	bool waiting; /* the coroutine waits for a chunk to finish */
+	/* Flush-behind (o.flush_every): bytes written since the last flush
+	 * went out, and that flush, at most one in flight. */
+	uint64_t unflushed;
+	bool flushing;
+	struct blk_request flush_req;
 };
 
 static uint64_t max_u64(uint64_t a, uint64_t b)
@@ -113,6 +121,48 @@ static void chunk_unlock(struct copy_chunk *ch)
 	}
 }
 
+static void flush_cb(struct blk_request *req, int ret)
+{
+	struct job_copy *c = req->opaque;
+
+	c->flushing = false;
+	/* Fatal whatever the error policy: Linux reports a failed write-back
+	 * once per file, so a retried flush (or the one before the header
+	 * change) could succeed with the data lost. */
+	if (ret && !c->error)
+		c->error = ret;
+	copy_wake(c);
+}
+
+/* Where dst keeps the data the chunks write: a format node's data file or
+ * the file it forwards to, else dst. Flushed there and not in dst itself:
+ * a qcow2 flush holds the metadata lock while the file's write-back runs,
+ * and every allocating write of the copy would wait for it. */
+static struct blk_node *copy_data_node(struct blk_node *dst)
+{
+	struct blk_node *d = blk_child(dst, BLK_ROLE_DATA_FILE);
+
+	return d ? d : dst->next ? dst->next : dst;
+}
+
+/* Flush-behind: once flush_every bytes were written since the last flush,
+ * one goes out (never two at a time), so that the write-back of the copy
+ * runs while it copies, not all of it in the flush at the job's end. */
+static void copy_flush_behind(struct job_copy *c)
+{
+	struct blk_node *bs = copy_data_node(c->dst);
+	int ret;
+
+	if (!c->o.flush_every || c->flushing || c->error || c->unflushed < c->o.flush_every)
+		return;
+	c->unflushed = 0;
+	c->flushing = true;
+	c->flush_req = (struct blk_request){.op = BLK_OP_FLUSH, .cb = flush_cb, .opaque = c};
+	ret = c->o.guard ? blk_submit_child(bs, &c->flush_req) : blk_submit(bs, &c->flush_req);
+	if (ret)
+		flush_cb(&c->flush_req, ret);
+}
+
 static void chunk_end(struct copy_chunk *ch, int ret, bool is_read)
 {
 	struct job_copy *c = ch->c;
@@ -127,6 +177,8 @@ static void chunk_end(struct copy_chunk *ch, int ret, bool is_read)
 	} else {
 		if (c->o.progress)
 			job_progress_add(c->job, ch->len);
+		c->unflushed += ch->len;
+		copy_flush_behind(c);
 		if (c->o.ops && c->o.ops->done)
 			c->o.ops->done(c, ch->off, ch->len, 0, c->o.opaque);
 		ch->next = c->free;
@@ -353,7 +405,7 @@ int job_copy_wait(struct job_copy *c)
 	int ret;
 
 	for (;;) {
-		while (c->inflight)
+		while (c->inflight || c->flushing)
 			copy_wait_one(c);
 		ret = copy_handle_failed(c);
 		if (ret || !c->inflight)

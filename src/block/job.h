@@ -352,6 +352,10 @@ struct job_copy_opts {
 	 * write. */
 	bool detect_zeroes, zero_unmap;
 	bool progress; /* add each written chunk to the job's progress */
+	/* Flush dst each time this many bytes were written since the last
+	 * flush (one flush in flight at a time; 0: never): a job that flushes
+	 * dst at its end waits for little then. A failed flush fails the copy. */
+	uint64_t flush_every;
 	enum job_error_policy on_source_error, on_target_error;
 	/* Lock each chunk in this guard from before its read until after its
 	 * write (stream's copy-on-read into the node guest writes go to). */

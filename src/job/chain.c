@@ -102,7 +102,11 @@ int chain_relink(struct blk_node *overlay, struct blk_node *base, const char *ba
 		snprintf(err, errlen, "out of memory");
 		return ret;
 	}
-	ret = blk_flush_tree_sync(overlay);
+	/* The overlay is qcow2, whose flush writes its metadata back and flushes
+	 * its image and data files: a tree flush would flush the image file a
+	 * second time for nothing (under fio's 4 KiB writes, 0.4 s of a 512 MiB
+	 * stream's 1.7 s in prepare). */
+	ret = blk_flush_sync_ungated(overlay);
 	if (ret)
 		snprintf(err, errlen, "Could not flush node '%s': %s", blk_node_name(overlay),
 			 strerror(-ret));

@@ -24,7 +24,8 @@
 #include "control/schema.h"
 #include "job/chain.h"
 
-#define STREAM_STATUS_MAX (64ull << 20) /* bytes asked of block status at a time */
+#define STREAM_STATUS_MAX (64ull << 20)  /* bytes asked of block status at a time */
+#define STREAM_FLUSH_EVERY (64ull << 20) /* the copy's flush-behind (job_copy_opts) */
 
 struct stream_job {
 	struct job job;
@@ -63,7 +64,8 @@ static int stream_run(struct job *job)
 	struct job_copy_opts o = {.progress = true,
 				  .on_source_error = s->on_error,
 				  .on_target_error = s->on_error,
-				  .guard = s->guard};
+				  .guard = s->guard,
+				  .flush_every = STREAM_FLUSH_EVERY};
 	struct job_copy *c;
 	int ret = job_copy_new(job, s->top, s->top, &o, &c);
 

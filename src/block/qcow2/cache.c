@@ -360,7 +360,9 @@ int qc_metadata_writeback(struct qc_state *s, bool data_too)
 		if (!ret)
 			ret = qc_l1_write_dirty(s);
 	}
+	/* The data file too when it was not flushed above (only refcounts
+	 * were dirty): a flush of the node covers every file under it. */
 	if (!ret)
-		ret = qc_co_flush(s->file);
+		ret = data_too && !l1_dirty && !l2_dirty ? qc_flush_files(s) : qc_co_flush(s->file);
 	return ret;
 }
