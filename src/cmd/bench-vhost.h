@@ -104,8 +104,8 @@ bool vhc_used_pending(const struct vhc_queue *q);
 
 /* ---- bench-vhost-packed.c: the driver side of packed rings ---- */
 void vhc_packed_init(struct vhc_queue *q);
-/* Make the chain d[0..] (NEXT flags, split next indices from 3 * s) of slot s available. */
-void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d);
+/* Make the chain d[0, n) (NEXT flags; next indices ignored) of slot s available. */
+void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d, unsigned n);
 bool vhc_packed_kick_wanted(const struct vhc_queue *q);
 int vhc_packed_next_used(struct vhc_queue *q, bool arm, bool event_idx);
 bool vhc_packed_pending(const struct vhc_queue *q);
