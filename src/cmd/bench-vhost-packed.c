@@ -38,63 +38,7 @@ void vhc_packed_init(struct vhc_queue *q)
 	q->pk_ndesc = calloc(q->nslots, 1);
 }
 
-static uint16_t avail_flags(bool wrap)
-{
-	return wrap ? VRING_PACKED_DESC_F_AVAIL : VRING_PACKED_DESC_F_USED;
-}
-
-#define AVAIL_USED (VRING_PACKED_DESC_F_AVAIL | VRING_PACKED_DESC_F_USED)
-
-static inline uint16_t desc_flags(const struct vring_desc *d, uint16_t av)
-{
-	return (uint16_t)((d->flags & (VRING_DESC_F_NEXT | VRING_DESC_F_WRITE)) | av);
-}
-
-static inline void put_desc(struct vring_packed_desc *p, const struct vring_desc *d, uint16_t id,
-			    uint16_t av)
-{
-	*p = (struct vring_packed_desc){d->addr, d->len, id, desc_flags(d, av)};
-}
-
-/* Each chain is made available as soon as it is written, its head's flags
- * last with a release barrier, rather than a batch at vhc_publish as on a
- * split ring: a polling back-end then takes the first requests while the
- * rest are still being written, and the two sides work in parallel. (Holding
- * the first head of a batch back until the publish, which the in-order ring
- * would allow, made a polling back-end pay about 40% more CPU per request
- * and now and then fall asleep between rounds.) A chain that does not cross
- * the ring's end, nearly all, is written without a wrap check per
- * descriptor. */
-void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d, unsigned n)
-{
-	struct vring_packed_desc *r = ring(q);
-	unsigned i, head = q->pk_avail, slot = head + 1, num = q->num;
-	uint16_t av = avail_flags(q->avail_wrap), head_flags = desc_flags(&d[0], av);
-
-	r[head].addr = d[0].addr; /* its flags come last: they make the chain available */
-	r[head].len = d[0].len;
-	r[head].id = (uint16_t)s;
-	if (head + n < num && n <= 3) { /* a slot's chain has at most three */
-		if (n > 1)
-			put_desc(&r[head + 1], &d[1], (uint16_t)s, av);
-		if (n > 2)
-			put_desc(&r[head + 2], &d[2], (uint16_t)s, av);
-		slot = head + n;
-	} else {
-		for (i = 1; i <= n; i++) {
-			if (slot == num) {
-				slot = 0;
-				av ^= AVAIL_USED;
-			}
-			if (i < n)
-				put_desc(&r[slot++], &d[i], (uint16_t)s, av);
-		}
-	}
-	__atomic_store_n(&r[head].flags, head_flags, __ATOMIC_RELEASE);
-	q->pk_ndesc[s] = (uint8_t)n;
-	q->pk_avail = (uint16_t)slot;
-	q->avail_wrap = av == VRING_PACKED_DESC_F_AVAIL;
-}
+#define AVAIL_USED VHC_PK_AVAIL_USED
 
 bool vhc_packed_kick_wanted(const struct vhc_queue *q)
 {
@@ -103,12 +47,17 @@ bool vhc_packed_kick_wanted(const struct vhc_queue *q)
 	       VRING_PACKED_EVENT_DISABLE;
 }
 
-bool vhc_packed_pending(const struct vhc_queue *q)
+static inline bool used_pending(const struct vhc_queue *q)
 {
 	uint16_t f = __atomic_load_n(&ring(q)[q->pk_used].flags, __ATOMIC_ACQUIRE);
 
 	/* Used: AVAIL and USED both equal the used wrap counter. */
 	return (f & AVAIL_USED) == (q->used_wrap ? AVAIL_USED : 0);
+}
+
+bool vhc_packed_pending(const struct vhc_queue *q)
+{
+	return used_pending(q);
 }
 
 static void set_event(struct vhc_queue *q, uint16_t flags)
@@ -128,7 +77,7 @@ static bool arm_call(struct vhc_queue *q, bool event_idx)
 				 __ATOMIC_RELAXED);
 	set_event(q, event_idx ? VRING_PACKED_EVENT_DESC : VRING_PACKED_EVENT_ENABLE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	return vhc_packed_pending(q);
+	return used_pending(q);
 }
 
 /* A polling caller wants no calls: the event area says DISABLE, as Linux's
@@ -141,7 +90,7 @@ int vhc_packed_next_used(struct vhc_queue *q, bool arm, bool event_idx)
 
 	if (!arm)
 		set_event(q, VRING_PACKED_EVENT_DISABLE);
-	if (!vhc_packed_pending(q) && (!arm || !arm_call(q, event_idx)))
+	if (!used_pending(q) && (!arm || !arm_call(q, event_idx)))
 		return -1;
 	id = ring(q)[q->pk_used].id;
 	if (id >= q->nslots || !q->slots[id].busy || !q->pk_ndesc[id])
