@@ -502,35 +502,41 @@ void vhc_scsi_capacity(struct vhc *c, const struct vhc_slot *sl)
 	c->capacity = (last + 1) * bs;
 }
 
+/* The chain is d[0, n) in order: the split ring takes it as is (the next
+ * indices say the same), the packed ring ignores the indices. */
 void vhc_submit(struct vhc *c, struct vhc_queue *q, unsigned s, uint32_t type, uint64_t offset,
 		uint32_t len)
 {
 	struct vhc_slot *sl = &q->slots[s];
 	struct vring_desc d[3] = {{0}};
-	bool has_data = type != VIRTIO_BLK_T_FLUSH;
+	unsigned n = 3;
 
 	if (c->scsi) {
 		scsi_submit(q, s, type, offset, len, d);
+		n = type == VIRTIO_BLK_T_FLUSH ? 2 : 3;
 		goto publish;
 	}
 	sl->hdr->type = type;
 	sl->hdr->ioprio = 0;
 	sl->hdr->sector = offset / 512;
 	*sl->status = 0xff;
-	d[0] = (struct vring_desc){sl->hdr_gpa, 16, VRING_DESC_F_NEXT,
-				   (uint16_t)(3 * s + (has_data ? 1 : 2))};
-	d[1] = (struct vring_desc){sl->buf_gpa, len,
-				   VRING_DESC_F_NEXT |
-					   (type == VIRTIO_BLK_T_OUT ? 0 : VRING_DESC_F_WRITE),
-				   (uint16_t)(3 * s + 2)};
-	d[2] = (struct vring_desc){sl->status_gpa, 1, VRING_DESC_F_WRITE, 0};
+	d[0] = (struct vring_desc){sl->hdr_gpa, 16, VRING_DESC_F_NEXT, (uint16_t)(3 * s + 1)};
+	if (type == VIRTIO_BLK_T_FLUSH) {
+		n = 2;
+	} else {
+		d[1] = (struct vring_desc){
+			sl->buf_gpa, len,
+			VRING_DESC_F_NEXT | (type == VIRTIO_BLK_T_OUT ? 0 : VRING_DESC_F_WRITE),
+			(uint16_t)(3 * s + 2)};
+	}
+	d[n - 1] = (struct vring_desc){sl->status_gpa, 1, VRING_DESC_F_WRITE, 0};
 publish:
 	sl->offset = offset;
 	sl->len = len;
 	sl->busy = true;
 	q->avail_idx++;
 	if (c->packed) {
-		vhc_packed_put(q, s, d);
+		vhc_packed_put(q, s, d, n);
 		return;
 	}
 	memcpy(&q->desc[3 * s], d, sizeof(d));

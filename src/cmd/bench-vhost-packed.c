@@ -38,44 +38,7 @@ void vhc_packed_init(struct vhc_queue *q)
 	q->pk_ndesc = calloc(q->nslots, 1);
 }
 
-static uint16_t avail_flags(bool wrap)
-{
-	return wrap ? VRING_PACKED_DESC_F_AVAIL : VRING_PACKED_DESC_F_USED;
-}
-
-void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d)
-{
-	unsigned i = 0, n = 0, slot = q->pk_avail;
-	bool wrap = q->avail_wrap;
-	uint16_t head_flags = 0;
-
-	for (;;) {
-		const struct vring_desc *e = &d[i];
-		struct vring_packed_desc *p = &ring(q)[slot];
-		uint16_t f = (uint16_t)((e->flags & (VRING_DESC_F_NEXT | VRING_DESC_F_WRITE)) |
-					avail_flags(wrap));
-
-		p->addr = e->addr;
-		p->len = e->len;
-		p->id = (uint16_t)s;
-		if (n == 0)
-			head_flags = f; /* stored last: it makes the chain available */
-		else
-			p->flags = f;
-		n++;
-		if (++slot == q->num) {
-			slot = 0;
-			wrap = !wrap;
-		}
-		if (!(e->flags & VRING_DESC_F_NEXT) || n == 3)
-			break;
-		i = e->next - 3 * s;
-	}
-	__atomic_store_n(&ring(q)[q->pk_avail].flags, head_flags, __ATOMIC_RELEASE);
-	q->pk_ndesc[s] = (uint8_t)n;
-	q->pk_avail = (uint16_t)slot;
-	q->avail_wrap = wrap;
-}
+#define AVAIL_USED VHC_PK_AVAIL_USED
 
 bool vhc_packed_kick_wanted(const struct vhc_queue *q)
 {
@@ -84,12 +47,17 @@ bool vhc_packed_kick_wanted(const struct vhc_queue *q)
 	       VRING_PACKED_EVENT_DISABLE;
 }
 
-bool vhc_packed_pending(const struct vhc_queue *q)
+static inline bool used_pending(const struct vhc_queue *q)
 {
 	uint16_t f = __atomic_load_n(&ring(q)[q->pk_used].flags, __ATOMIC_ACQUIRE);
 
-	return !!(f & VRING_PACKED_DESC_F_AVAIL) == q->used_wrap &&
-	       !!(f & VRING_PACKED_DESC_F_USED) == q->used_wrap;
+	/* Used: AVAIL and USED both equal the used wrap counter. */
+	return (f & AVAIL_USED) == (q->used_wrap ? AVAIL_USED : 0);
+}
+
+bool vhc_packed_pending(const struct vhc_queue *q)
+{
+	return used_pending(q);
 }
 
 static void set_event(struct vhc_queue *q, uint16_t flags)
@@ -109,7 +77,7 @@ static bool arm_call(struct vhc_queue *q, bool event_idx)
 				 __ATOMIC_RELAXED);
 	set_event(q, event_idx ? VRING_PACKED_EVENT_DESC : VRING_PACKED_EVENT_ENABLE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	return vhc_packed_pending(q);
+	return used_pending(q);
 }
 
 /* A polling caller wants no calls: the event area says DISABLE, as Linux's
@@ -122,7 +90,7 @@ int vhc_packed_next_used(struct vhc_queue *q, bool arm, bool event_idx)
 
 	if (!arm)
 		set_event(q, VRING_PACKED_EVENT_DISABLE);
-	if (!vhc_packed_pending(q) && (!arm || !arm_call(q, event_idx)))
+	if (!used_pending(q) && (!arm || !arm_call(q, event_idx)))
 		return -1;
 	id = ring(q)[q->pk_used].id;
 	if (id >= q->nslots || !q->slots[id].busy || !q->pk_ndesc[id])

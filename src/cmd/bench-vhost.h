@@ -104,10 +104,71 @@ bool vhc_used_pending(const struct vhc_queue *q);
 
 /* ---- bench-vhost-packed.c: the driver side of packed rings ---- */
 void vhc_packed_init(struct vhc_queue *q);
-/* Make the chain d[0..] (NEXT flags, split next indices from 3 * s) of slot s available. */
-void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d);
 bool vhc_packed_kick_wanted(const struct vhc_queue *q);
 int vhc_packed_next_used(struct vhc_queue *q, bool arm, bool event_idx);
 bool vhc_packed_pending(const struct vhc_queue *q);
+
+/* vhc_packed_put is inline (with its helpers): vhc_submit's descriptors then
+ * go to the ring without a trip through memory, about 30 instructions less
+ * per request. */
+static inline uint16_t vhc_pk_avail_flags(bool wrap)
+{
+	return wrap ? VRING_PACKED_DESC_F_AVAIL : VRING_PACKED_DESC_F_USED;
+}
+
+#define VHC_PK_AVAIL_USED (VRING_PACKED_DESC_F_AVAIL | VRING_PACKED_DESC_F_USED)
+
+static inline uint16_t vhc_pk_desc_flags(const struct vring_desc *d, uint16_t av)
+{
+	return (uint16_t)((d->flags & (VRING_DESC_F_NEXT | VRING_DESC_F_WRITE)) | av);
+}
+
+static inline void vhc_pk_put_desc(struct vring_packed_desc *p, const struct vring_desc *d,
+				   uint16_t id, uint16_t av)
+{
+	*p = (struct vring_packed_desc){d->addr, d->len, id, vhc_pk_desc_flags(d, av)};
+}
+
+/* Make the chain d[0, n) (NEXT flags; next indices ignored) of slot s
+ * available. Each chain is made available as soon as it is written, its head's flags
+ * last with a release barrier, rather than a batch at vhc_publish as on a
+ * split ring: a polling back-end then takes the first requests while the
+ * rest are still being written, and the two sides work in parallel. (Holding
+ * the first head of a batch back until the publish, which the in-order ring
+ * would allow, made a polling back-end pay about 40% more CPU per request
+ * and now and then fall asleep between rounds.) A chain that does not cross
+ * the ring's end, nearly all, is written without a wrap check per
+ * descriptor. */
+static inline void vhc_packed_put(struct vhc_queue *q, unsigned s, const struct vring_desc *d,
+				  unsigned n)
+{
+	struct vring_packed_desc *r = (struct vring_packed_desc *)q->desc;
+	unsigned i, head = q->pk_avail, slot = head + 1, num = q->num;
+	uint16_t av = vhc_pk_avail_flags(q->avail_wrap), head_flags = vhc_pk_desc_flags(&d[0], av);
+
+	r[head].addr = d[0].addr; /* its flags come last: they make the chain available */
+	r[head].len = d[0].len;
+	r[head].id = (uint16_t)s;
+	if (head + n < num && n <= 3) { /* a slot's chain has at most three */
+		if (n > 1)
+			vhc_pk_put_desc(&r[head + 1], &d[1], (uint16_t)s, av);
+		if (n > 2)
+			vhc_pk_put_desc(&r[head + 2], &d[2], (uint16_t)s, av);
+		slot = head + n;
+	} else {
+		for (i = 1; i <= n; i++) {
+			if (slot == num) {
+				slot = 0;
+				av ^= VHC_PK_AVAIL_USED;
+			}
+			if (i < n)
+				vhc_pk_put_desc(&r[slot++], &d[i], (uint16_t)s, av);
+		}
+	}
+	__atomic_store_n(&r[head].flags, head_flags, __ATOMIC_RELEASE);
+	q->pk_ndesc[s] = (uint8_t)n;
+	q->pk_avail = (uint16_t)slot;
+	q->avail_wrap = av == VRING_PACKED_DESC_F_AVAIL;
+}
 
 #endif

@@ -289,12 +289,10 @@ int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c)
 	}
 }
 
-enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c)
+enum vring_pop_result vring_split_pop(struct vring *vr, struct vring_chain *c)
 {
 	uint16_t avail_idx, head;
 
-	if (vr->packed)
-		return vring_packed_pop(vr, c);
 	avail_idx = __atomic_load_n(&vr->avail->idx, __ATOMIC_ACQUIRE);
 	if (avail_idx == vr->last_avail)
 		return VRING_POP_EMPTY;
@@ -358,14 +356,10 @@ static inline void log_used(const struct vring *vr)
 
 /* ---- used ring ---------------------------------------------------------- */
 
-void vring_push(struct vring *vr, uint16_t head, uint32_t len)
+void vring_split_push(struct vring *vr, uint16_t head, uint32_t len)
 {
 	struct vring_used_elem *e;
 
-	if (vr->packed) {
-		vring_packed_push(vr, head, len);
-		return;
-	}
 	e = &vr->used->ring[vr->used_idx & (vr->num - 1)];
 	store32(&e->id, head);
 	store32(&e->len, len);

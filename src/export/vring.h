@@ -210,12 +210,13 @@ enum vring_pop_result {
  * -EINVAL if the layout is unusable. */
 int vring_start(struct vring *vr);
 
-/* Take the next available chain. */
-enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c);
+/* Take the next available chain (inline below). */
+static inline enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c);
 /* Walk the chain starting at `head` (pop and inflight resubmission). */
 int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c);
-/* Put a finished chain on the used ring (not yet visible to the driver). */
-void vring_push(struct vring *vr, uint16_t head, uint32_t len);
+/* Put a finished chain on the used ring (not yet visible to the driver;
+ * inline below). */
+static inline void vring_push(struct vring *vr, uint16_t head, uint32_t len);
 /* Make the pushed entries visible; true when the driver wants a notification. */
 bool vring_flush(struct vring *vr);
 
@@ -270,8 +271,26 @@ static inline int vring_walk_buffer(const struct vring *vr, const struct vring_d
 }
 
 int vring_packed_start(struct vring *vr);
+enum vring_pop_result vring_split_pop(struct vring *vr, struct vring_chain *c);
 enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c);
+void vring_split_push(struct vring *vr, uint16_t head, uint32_t len);
 void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len);
+
+/* Per request, so the layout is chosen here rather than in a function of
+ * its own: a call through one would cost a packed ring a second call and its
+ * register saves (about 15 instructions per request). */
+static inline enum vring_pop_result vring_pop(struct vring *vr, struct vring_chain *c)
+{
+	return vr->packed ? vring_packed_pop(vr, c) : vring_split_pop(vr, c);
+}
+
+static inline void vring_push(struct vring *vr, uint16_t head, uint32_t len)
+{
+	if (vr->packed)
+		vring_packed_push(vr, head, len);
+	else
+		vring_split_push(vr, head, len);
+}
 bool vring_packed_flush(struct vring *vr);
 bool vring_packed_avail_pending(const struct vring *vr);
 void vring_packed_notify(struct vring *vr, bool on);
