@@ -210,6 +210,7 @@ void nbd_conn_close(struct nbd_conn *c, const char *why)
 		nbd_req_release(r);
 	}
 	c->outq_tail = &c->outq;
+	nbd_tls_linger_stop(c); /* the socket's reference is still ours */
 	if (c->busy == 0)
 		conn_idle(c);
 	nbd_conn_put(c);
@@ -449,7 +450,8 @@ static void conn_move(struct nbd_conn *c)
 	struct nbd_server *s = c->srv;
 	struct nbd_slot *to = &s->slots[loop_index(c->move_to)];
 
-	assert(!c->ring && !c->mem_queued && !loop_timer_armed(&c->timer));
+	assert(!c->ring && !c->mem_queued && !loop_timer_armed(&c->timer) &&
+	       !loop_timer_armed(&c->tls_linger));
 	if (c->events)
 		loop_fd_del(c->loop, &c->fdh);
 	c->events = 0;

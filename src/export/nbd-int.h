@@ -368,6 +368,15 @@ struct nbd_conn {
 	struct loop_defer tls_hold;
 	bool tls_hold_queued;
 	unsigned tls_holds;
+	/* Replies lingering for the client's next requests (nbd-tls.c,
+	 * tls_linger): tls_linger is armed, holding a reference, since
+	 * nrequests was tls_linger_from; tls_lingered: it ran out, send now;
+	 * tls_linger_skip sends go out without one after a linger too few
+	 * requests came in, tls_linger_backoff the next such count. */
+	struct loop_timer tls_linger;
+	uint64_t tls_linger_from;
+	bool tls_lingered;
+	unsigned tls_linger_skip, tls_linger_backoff;
 	char peer[64]; /* the client's address, for the log */
 
 	/* Transmission. */
@@ -439,6 +448,8 @@ bool nbd_tls_pending(const struct nbd_conn *c);
 /* The socket is about to close: when everything was sent, tell the client
  * with a TLS close_notify (best effort, never waits). */
 void nbd_tls_bye(struct nbd_conn *c);
+/* The socket closes: replies lingering are dropped with it. */
+void nbd_tls_linger_stop(struct nbd_conn *c);
 /* The connection is freed: end the session. */
 void nbd_tls_end(struct nbd_conn *c);
 

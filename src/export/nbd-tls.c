@@ -32,6 +32,15 @@
 #define NBD_TLS_IBUF (64u << 10)   /* ciphertext read at once */
 #define NBD_TLS_CBUF (256u << 10)  /* records made, sent at once */
 #define NBD_TLS_HOLD 3             /* rounds replies may wait for more (tls_hold) */
+/* tls_linger: how long replies wait for the client's next requests, how
+ * many (or how many bytes) end the wait, the requests that must come in
+ * meanwhile for the next wait, and the most sends skipped after one where
+ * fewer did. */
+#define NBD_TLS_LINGER_NS 50000
+#define NBD_TLS_LINGER_REPLIES 16
+#define NBD_TLS_LINGER_BYTES NBD_TLS_OBUF
+#define NBD_TLS_LINGER_GAIN 2
+#define NBD_TLS_LINGER_SKIP_MAX 1024
 
 int nbd_tls_start(struct nbd_conn *c)
 {
@@ -358,9 +367,90 @@ static bool tls_hold(struct nbd_conn *c)
 	return true;
 }
 
+/* Enough is queued for records worth their cost: end the linger. */
+static bool tls_linger_full(const struct nbd_conn *c)
+{
+	const struct nbd_req *r;
+	unsigned n = 0;
+	size_t bytes = c->hlen - c->hoff;
+	int i;
+
+	for (r = c->outq; r; r = r->next) {
+		for (i = 0; i < r->riovcnt; i++)
+			bytes += r->riov[i].iov_len;
+		if (++n >= NBD_TLS_LINGER_REPLIES || bytes >= NBD_TLS_LINGER_BYTES)
+			return true;
+	}
+	return false;
+}
+
+static void tls_linger_cb(struct loop_timer *t)
+{
+	struct nbd_conn *c = container_of(t, struct nbd_conn, tls_linger);
+
+	/* Too few requests came in while the replies waited (a client at a
+	 * small queue depth waits for them): skip the next waits, more of
+	 * them each time in a row this happens. */
+	if (c->nrequests - c->tls_linger_from < NBD_TLS_LINGER_GAIN) {
+		c->tls_linger_backoff = !c->tls_linger_backoff ? NBD_TLS_LINGER_REPLIES
+					: c->tls_linger_backoff < NBD_TLS_LINGER_SKIP_MAX
+						? c->tls_linger_backoff * 2
+						: NBD_TLS_LINGER_SKIP_MAX;
+		c->tls_linger_skip = c->tls_linger_backoff;
+	} else {
+		c->tls_linger_backoff = 0;
+	}
+	c->tls_lingered = true;
+	nbd_conn_kick(c);
+	nbd_conn_put(c);
+}
+
+void nbd_tls_linger_stop(struct nbd_conn *c)
+{
+	if (!loop_timer_armed(&c->tls_linger))
+		return;
+	loop_timer_cancel(c->loop, &c->tls_linger);
+	nbd_conn_put(c);
+}
+
+/* A round whose replies are a few small ones (a few 4 KiB READs) costs
+ * what a round with many costs: a record or more each, a send that wakes
+ * the client, a receive of its next requests. A client that keeps many
+ * requests in flight but makes them more slowly than we answer (GnuTLS on its
+ * side too) gets each answered in a round of its own. The replies of such
+ * a round wait for more: until NBD_TLS_LINGER_REPLIES or NBD_TLS_OBUF bytes
+ * are queued, or NBD_TLS_LINGER_NS passed. True: they wait. */
+static bool tls_linger(struct nbd_conn *c)
+{
+	if (loop_timer_armed(&c->tls_linger)) {
+		if (c->state == NBD_CONN_OPEN && !tls_linger_full(c))
+			return true;
+		c->tls_linger_backoff = 0;
+		nbd_tls_linger_stop(c); /* the caller holds a reference */
+		return false;
+	}
+	if (c->tls_lingered) {
+		c->tls_lingered = false;
+		return false;
+	}
+	if (c->state != NBD_CONN_OPEN || c->phase != NBD_PHASE_TRANSMISSION || c->move_to ||
+	    c->out_blocked || nbd_conn_out_empty(c) || c->tls_coff < c->tls_clen ||
+	    tls_linger_full(c))
+		return false;
+	if (c->tls_linger_skip) {
+		c->tls_linger_skip--;
+		return false;
+	}
+	c->tls_linger_from = c->nrequests;
+	c->tls_linger.cb = tls_linger_cb;
+	nbd_conn_get(c);
+	loop_timer_arm(c->loop, &c->tls_linger, loop_now_ns() + NBD_TLS_LINGER_NS);
+	return true;
+}
+
 void nbd_tls_send(struct nbd_conn *c)
 {
-	if (tls_hold(c))
+	if (tls_hold(c) || tls_linger(c))
 		return;
 	while (c->state != NBD_CONN_CLOSED && !c->out_blocked) {
 		if (!tls_flush(c))

@@ -161,6 +161,44 @@ def read_burst(port, pki):
     c.s.close()
 
 
+def read_one_by_one(port, pki):
+    """Replies that linger for the client's next requests (docs/nbd.md, TLS): a client
+    at depth 1 gets each reply; READs sent one record at a time while earlier ones are
+    unanswered are all answered; a client that goes away while replies linger leaves
+    the server serving the next one."""
+    def read(c, cookie, b):
+        c.s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, 0, cookie, 4096 * b, 4096))
+
+    def answer(c, want):
+        magic, err, cookie = struct.unpack(">IIQ", c.rd(16))
+        assert (magic, err) == (0x67446698, 0) and cookie in want, (hex(magic), err, cookie)
+        assert c.rd(4096) == pattern(want.pop(cookie)), f"wrong data for cookie {cookie}"
+
+    c = Conn(port)
+    c.starttls(pki)
+    c.go(b"y")
+    for k in range(40):
+        read(c, k, (3 * k) % PATTERN_BLOCKS)
+        answer(c, {k: (3 * k) % PATTERN_BLOCKS})
+    for rnd in range(3):
+        want = {}
+        for k in range(48):
+            want[1000 * rnd + k] = (5 * k + rnd) % PATTERN_BLOCKS
+            read(c, 1000 * rnd + k, want[1000 * rnd + k])
+            time.sleep(0.0002 * rnd)
+        while want:
+            answer(c, want)
+    for k in range(3):
+        read(c, 5000 + k, k)
+    c.s.close()
+    c = Conn(port)
+    c.starttls(pki)
+    c.go(b"y")
+    read(c, 1, 9)
+    answer(c, {1: 9})
+    c.s.close()
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -271,6 +309,7 @@ def run(port, pki, srv):
     c.s.close()
 
     read_burst(port, pki)
+    read_one_by_one(port, pki)
 
     # ABORT inside TLS: ACK, then a clean TLS close (close_notify), not a bare EOF.
     c = Conn(port)
