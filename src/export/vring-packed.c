@@ -60,6 +60,7 @@ bool vring_packed_avail_pending(const struct vring *vr)
 static int walk_indirect(const struct vring *vr, uint64_t addr, uint32_t len, bool alone,
 			 struct vring_chain *c)
 {
+	const struct vring_fast_region f = vring_fast_region(vr->mem);
 	const struct vring_packed_desc *t;
 	struct vring_packed_desc e;
 	struct vring_desc d;
@@ -79,7 +80,7 @@ static int walk_indirect(const struct vring *vr, uint64_t addr, uint32_t len, bo
 		if (e.flags & VRING_DESC_F_INDIRECT)
 			return -EINVAL;
 		d = (struct vring_desc){e.addr, e.len, e.flags & VRING_DESC_F_WRITE, 0};
-		ret = vring_walk_buffer(vr, &d, c);
+		ret = vring_walk_buffer(vr, &f, &d, c);
 		if (ret < 0)
 			return ret;
 	}
@@ -92,6 +93,7 @@ static int walk_indirect(const struct vring *vr, uint64_t addr, uint32_t len, bo
  * one comparison of the AVAIL/USED bits against what the wrap counter wants. */
 enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c)
 {
+	const struct vring_fast_region f = vring_fast_region(vr->mem);
 	const struct vring_packed_desc *ring = vr->pdesc;
 	unsigned num = vr->num, slot = vr->last_avail, n = 0;
 	bool wrap = vr->avail_wrap;
@@ -124,7 +126,7 @@ enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c)
 					    n == 1 && !(flags & VRING_DESC_F_NEXT), c);
 		} else {
 			b = (struct vring_desc){d.addr, d.len, flags & VRING_DESC_F_WRITE, 0};
-			ret = vring_walk_buffer(vr, &b, c);
+			ret = vring_walk_buffer(vr, &f, &b, c);
 		}
 		if (ret < 0) {
 			c->err = ret;
