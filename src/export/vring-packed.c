@@ -35,6 +35,8 @@ static inline uint16_t avail_bits(bool wrap)
 
 int vring_packed_start(struct vring *vr)
 {
+	unsigned i;
+
 	if (vr->last_avail >= vr->num || vr->used_idx >= vr->num)
 		return -EINVAL;
 	vr->inflight = NULL; /* the inflight area has a split layout only */
@@ -43,7 +45,10 @@ int vring_packed_start(struct vring *vr)
 	vr->inuse = 0;
 	vr->signalled_valid = false;
 	vr->notify_off = false;
-	memset(vr->pk_ndesc, 0, sizeof(vr->pk_ndesc));
+	/* Ids the ring never gave out take one slot when used. */
+	for (i = 0; i < VRING_MAX_SIZE; i++)
+		vr->pk_ndesc[i] = 1;
+	vr->pk_used_flags = vr->used_wrap ? AVAIL_USED : 0;
 	store16(&vr->device_event->flags, VRING_PACKED_EVENT_ENABLE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	return 0;
@@ -288,15 +293,15 @@ void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len)
 	unsigned used = vr->used_idx, n;
 	struct vring_packed_desc *d = &vr->pdesc[used];
 
-	/* Ids the ring never gave out have no count (0): they take one slot. */
-	n = id < VRING_MAX_SIZE && vr->pk_ndesc[id] ? vr->pk_ndesc[id] : 1;
+	n = id < VRING_MAX_SIZE ? vr->pk_ndesc[id] : 1;
 	__atomic_store_n(&d->id, id, __ATOMIC_RELAXED);
 	__atomic_store_n(&d->len, len, __ATOMIC_RELAXED);
-	__atomic_store_n(&d->flags, vr->used_wrap ? AVAIL_USED : 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&d->flags, vr->pk_used_flags, __ATOMIC_RELEASE);
 	used += n;
 	if (used >= vr->num) {
 		used -= vr->num;
 		vr->used_wrap = !vr->used_wrap;
+		vr->pk_used_flags ^= AVAIL_USED;
 	}
 	vr->used_idx = (uint16_t)used;
 	vr->pk_slots = (uint16_t)(vr->pk_slots + n);

@@ -215,7 +215,11 @@ struct vring {
 	/* Packed: used slots written since the last notification decision (the
 	 * EVENT_IDX window; slot numbers alone cannot tell a lap from none). */
 	uint16_t pk_slots;
-	/* Packed: descriptors each buffer id took (the used entry skips as many). */
+	/* Packed: the AVAIL/USED bits of a used entry: used_wrap's, set at
+	 * start and flipped with it. */
+	uint16_t pk_used_flags;
+	/* Packed: descriptors each buffer id took (the used entry skips as
+	 * many; 1 for an id never given out). */
 	uint16_t pk_ndesc[VRING_MAX_SIZE];
 };
 

@@ -137,6 +137,10 @@ static void test_chain_and_used(void **state)
 	vring_push(&f->vr, 2, 8);
 	assert_int_equal(d[3].id, 2);
 	assert_int_equal(d[3].flags, F_AVAIL | F_USED);
+	/* Ids the ring never gave out (a caller's bug) take one slot each. */
+	vring_push(&f->vr, 6, 0);
+	vring_push(&f->vr, VRING_MAX_SIZE + 1, 0);
+	assert_int_equal(f->vr.used_idx, 6);
 }
 
 static void test_wrap(void **state)
