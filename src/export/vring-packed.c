@@ -35,6 +35,8 @@ static inline uint16_t avail_bits(bool wrap)
 
 int vring_packed_start(struct vring *vr)
 {
+	unsigned i;
+
 	if (vr->last_avail >= vr->num || vr->used_idx >= vr->num)
 		return -EINVAL;
 	vr->inflight = NULL; /* the inflight area has a split layout only */
@@ -43,7 +45,10 @@ int vring_packed_start(struct vring *vr)
 	vr->inuse = 0;
 	vr->signalled_valid = false;
 	vr->notify_off = false;
-	memset(vr->pk_ndesc, 0, sizeof(vr->pk_ndesc));
+	/* Ids the ring never gave out take one slot when used. */
+	for (i = 0; i < VRING_MAX_SIZE; i++)
+		vr->pk_ndesc[i] = 1;
+	vr->pk_used_flags = vr->used_wrap ? AVAIL_USED : 0;
 	store16(&vr->device_event->flags, VRING_PACKED_EVENT_ENABLE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	return 0;
@@ -60,6 +65,7 @@ bool vring_packed_avail_pending(const struct vring *vr)
 static int walk_indirect(const struct vring *vr, uint64_t addr, uint32_t len, bool alone,
 			 struct vring_chain *c)
 {
+	const struct vring_fast_region f = vring_fast_region(vr->mem);
 	const struct vring_packed_desc *t;
 	struct vring_packed_desc e;
 	struct vring_desc d;
@@ -79,73 +85,196 @@ static int walk_indirect(const struct vring *vr, uint64_t addr, uint32_t len, bo
 		if (e.flags & VRING_DESC_F_INDIRECT)
 			return -EINVAL;
 		d = (struct vring_desc){e.addr, e.len, e.flags & VRING_DESC_F_WRITE, 0};
-		ret = vring_walk_buffer(vr, &d, c);
+		ret = vring_walk_buffer(vr, &f, &d, c);
 		if (ret < 0)
 			return ret;
 	}
 	return 0;
 }
 
-/* A descriptor is copied once and only the copy is used: the driver may
- * change the ring under us. The ring's fields are locals, so the calls below
- * do not make the compiler reload them for every descriptor; availability is
- * one comparison of the AVAIL/USED bits against what the wrap counter wants. */
-enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c)
-{
-	const struct vring_packed_desc *ring = vr->pdesc;
-	unsigned num = vr->num, slot = vr->last_avail, n = 0;
-	bool wrap = vr->avail_wrap;
-	uint16_t want = avail_bits(wrap), flags, id;
-	struct vring_packed_desc d;
-	struct vring_desc b;
-	int ret;
+/* Where vring_packed_pop() is in a chain of direct descriptors. */
+struct walk {
+	const struct vring_packed_desc *ring, *p, *end, *head;
+	bool wrap;       /* the avail wrap counter at p */
+	uint16_t expect; /* the flags under WALK_MASK of the next descriptor */
+	uint64_t len;    /* bytes of all buffers so far */
+	uint64_t out;    /* of them readable (set at the first writable one) */
+	unsigned nout;   /* iovecs of the readable ones (likewise) */
+	struct iovec *iov; /* the next iovec */
+	unsigned left;     /* iovecs left */
+	struct vring_packed_desc d; /* the copy of the descriptor at p */
+};
 
-	if ((__atomic_load_n(&ring[slot].flags, __ATOMIC_ACQUIRE) & AVAIL_USED) != want)
-		return VRING_POP_EMPTY;
+/* A descriptor of the chain as the walk expects it: available at the wrap
+ * counter, not indirect, WRITE as the ones before. */
+#define WALK_MASK (AVAIL_USED | VRING_DESC_F_INDIRECT | VRING_DESC_F_WRITE)
+
+#define WALK_SLOW 1     /* walk_chain(fast): a buffer outside the first region */
+#define WALK_INDIRECT 2 /* walk_chain: an indirect descriptor at the head */
+
+/* A descriptor that is not as the walk expected: the first writable one (the
+ * rest of the chain must be writable too), a readable one after writable ones
+ * (refused unless they were all empty: then nothing of theirs was taken), or
+ * a broken chain. Returns 0 to go on with the descriptor, or -errno. */
+static inline int walk_switch(struct walk *w, uint16_t flags, unsigned used)
+{
+	if ((flags & AVAIL_USED) != (w->expect & AVAIL_USED) || (flags & VRING_DESC_F_INDIRECT))
+		return -EINVAL;
+	if (flags & VRING_DESC_F_WRITE) {
+		w->out = w->len;
+		w->nout = used;
+	} else if (w->len != w->out) {
+		/* "The driver MUST place any device-writable descriptor elements
+		 * after any device-readable descriptor elements." */
+		return -EINVAL;
+	}
+	w->expect ^= VRING_DESC_F_WRITE;
+	return 0;
+}
+
+/* A lone indirect descriptor at the head: its table is the whole chain,
+ * walked into c. Returns 0 or -errno. */
+static int pop_indirect(const struct vring *vr, struct vring_chain *c, struct vring_packed_desc d)
+{
 	c->nout = c->nin = 0;
 	c->out_len = c->in_len = 0;
+	return walk_indirect(vr, d.addr, d.len, !(d.flags & VRING_DESC_F_NEXT), c);
+}
+
+/* Walks the chain on from w->p, whose descriptor is in w->d; stops after the
+ * last one (0) or at an error (-errno). Per descriptor it makes one
+ * comparison of the flags (available at the wrap counter, not indirect,
+ * WRITE as the previous one: else walk_switch) and one of the slot against
+ * the end of the lap (the ring's end, then the head's slot: a chain longer
+ * than the ring is refused without reading any slot twice), adds the length
+ * to one sum (the 32-bit limits are checked at the end, where the sum of at
+ * most VRING_MAX_SIZE lengths cannot have overflowed) and maps the buffer.
+ * Inlined twice: fast, every buffer in f and no call (registers need not
+ * survive one), stopping with WALK_SLOW at the first that is not, which the
+ * other, through vring_mem_map(), takes on from. */
+static inline __attribute__((always_inline)) int
+walk_chain(const struct vring *vr, struct vring_chain *c, struct walk *w,
+	   const struct vring_fast_region *f, bool fast)
+{
+	const struct vring_packed_desc *ring_end = w->ring + vr->num;
+	uint8_t *host;
+	int ret;
+
 	for (;;) {
-		memcpy(&d, &ring[slot], sizeof(d));
+		if ((w->d.flags & WALK_MASK) != w->expect) {
+			/* The head's flags made the chain available; the rest
+			 * must be too. */
+			if ((w->d.flags & VRING_DESC_F_INDIRECT) && w->p == w->head)
+				return WALK_INDIRECT;
+			ret = walk_switch(w, w->d.flags, (unsigned)(w->iov - c->iov));
+			if (ret < 0)
+				return ret;
+		}
+		if (w->d.len) {
+			host = vring_fast_gpa(f, w->d.addr, w->d.len);
+			if (host && w->left) {
+				w->iov->iov_base = host;
+				w->iov->iov_len = w->d.len;
+				ret = 1;
+			} else if (fast) {
+				return WALK_SLOW;
+			} else {
+				ret = vring_mem_map(vr->mem, w->d.addr, w->d.len, w->iov, w->left);
+				if (ret < 0)
+					return ret;
+			}
+			w->iov += ret;
+			w->left -= (unsigned)ret;
+		}
+		w->len += w->d.len;
+		w->p++;
+		if (!(w->d.flags & VRING_DESC_F_NEXT))
+			return 0;
+		if (w->p == w->end) {
+			/* More descriptors than the ring holds: the driver lies. */
+			if (w->end != ring_end || w->head == w->ring)
+				return -ELOOP;
+			w->p = w->ring;
+			w->end = w->head;
+			w->wrap = !w->wrap;
+			w->expect ^= AVAIL_USED;
+		}
+		memcpy(&w->d, w->p, sizeof(w->d));
 		barrier(); /* from here on only the copy is used */
-		flags = d.flags;
-		/* The head's flags made the chain available; the rest must be too.
-		 * More descriptors than the ring holds: the driver lies. */
-		if ((flags & AVAIL_USED) != want || ++n > num) {
-			c->err = n > num ? -ELOOP : -EINVAL;
-			return VRING_POP_BROKEN;
-		}
-		if (++slot == num) {
-			slot = 0;
-			wrap = !wrap;
-			want ^= AVAIL_USED;
-		}
-		if (flags & VRING_DESC_F_INDIRECT) {
-			ret = walk_indirect(vr, d.addr, d.len,
-					    n == 1 && !(flags & VRING_DESC_F_NEXT), c);
-		} else {
-			b = (struct vring_desc){d.addr, d.len, flags & VRING_DESC_F_WRITE, 0};
-			ret = vring_walk_buffer(vr, &b, c);
-		}
-		if (ret < 0) {
-			c->err = ret;
-			return VRING_POP_BROKEN;
-		}
-		if (!(flags & VRING_DESC_F_NEXT))
-			break;
 	}
-	/* The id is the last descriptor's; the driver cannot have more buffers
-	 * out than the ring has slots. */
-	id = d.id;
-	if (id >= num || vr->inuse >= num) {
-		c->err = -EINVAL;
-		return VRING_POP_BROKEN;
+}
+
+/* Takes the chain at the next avail slot. A descriptor is copied once and
+ * only the copy is used: the driver may change the ring under us. The
+ * descriptor count comes from the slots at the end. */
+enum vring_pop_result vring_packed_pop(struct vring *vr, struct vring_chain *c)
+{
+	const struct vring_fast_region f = vring_fast_region(vr->mem);
+	unsigned num = vr->num, n;
+	struct walk w;
+	uint16_t id;
+	int ret;
+
+	w.ring = vr->pdesc;
+	w.head = w.p = w.ring + vr->last_avail;
+	w.wrap = vr->avail_wrap;
+	w.expect = avail_bits(w.wrap);
+	if ((__atomic_load_n(&w.p->flags, __ATOMIC_ACQUIRE) & AVAIL_USED) != w.expect)
+		return VRING_POP_EMPTY;
+	w.end = w.ring + num;
+	w.len = w.out = 0;
+	w.nout = 0;
+	w.iov = c->iov;
+	w.left = c->max_iov;
+	memcpy(&w.d, w.p, sizeof(w.d));
+	barrier(); /* from here on only the copy is used */
+	ret = walk_chain(vr, c, &w, &f, true);
+	if (ret == WALK_SLOW)
+		ret = walk_chain(vr, c, &w, &f, false);
+	if (ret == WALK_INDIRECT) {
+		ret = pop_indirect(vr, c, w.d);
+		if (ret < 0)
+			goto broken;
+		/* As if its buffers had been direct; it has no NEXT. */
+		w.len = c->out_len + c->in_len;
+		w.out = c->out_len;
+		w.nout = c->nout;
+		w.expect |= VRING_DESC_F_WRITE; /* out and nout are final */
+		w.iov += c->nout + c->nin;
+		w.p++;
+	}
+	if (ret < 0)
+		goto broken;
+	if (w.p == w.ring + num) {
+		w.p = w.ring;
+		w.wrap = !w.wrap;
+	}
+	if (!(w.expect & VRING_DESC_F_WRITE)) {
+		w.out = w.len;
+		w.nout = (unsigned)(w.iov - c->iov);
+	}
+	/* The used length is 32 bits: so is any sane request. The id is the
+	 * last descriptor's; the driver cannot have more buffers out than the
+	 * ring has slots. */
+	id = w.d.id;
+	if (((w.out | (w.len - w.out)) >> 32) || id >= num || vr->inuse >= num) {
+		ret = -EINVAL;
+		goto broken;
 	}
 	c->head = id;
+	c->nout = w.nout;
+	c->nin = (unsigned)(w.iov - c->iov) - w.nout;
+	c->out_len = w.out;
+	c->in_len = w.len - w.out;
+	n = (unsigned)(w.p - w.head) + (w.wrap != vr->avail_wrap ? num : 0);
 	vr->pk_ndesc[id] = (uint16_t)n;
-	vr->last_avail = (uint16_t)slot;
-	vr->avail_wrap = wrap;
+	vr->last_avail = (uint16_t)(w.p - w.ring);
+	vr->avail_wrap = w.wrap;
 	vr->inuse++;
 	return VRING_POP_CHAIN;
+broken:
+	c->err = ret;
+	return VRING_POP_BROKEN;
 }
 
 /* Marks a used slot in the dirty log (live migration only). */
@@ -164,15 +293,15 @@ void vring_packed_push(struct vring *vr, uint16_t id, uint32_t len)
 	unsigned used = vr->used_idx, n;
 	struct vring_packed_desc *d = &vr->pdesc[used];
 
-	/* Ids the ring never gave out have no count (0): they take one slot. */
-	n = id < VRING_MAX_SIZE && vr->pk_ndesc[id] ? vr->pk_ndesc[id] : 1;
+	n = id < VRING_MAX_SIZE ? vr->pk_ndesc[id] : 1;
 	__atomic_store_n(&d->id, id, __ATOMIC_RELAXED);
 	__atomic_store_n(&d->len, len, __ATOMIC_RELAXED);
-	__atomic_store_n(&d->flags, vr->used_wrap ? AVAIL_USED : 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&d->flags, vr->pk_used_flags, __ATOMIC_RELEASE);
 	used += n;
 	if (used >= vr->num) {
 		used -= vr->num;
 		vr->used_wrap = !vr->used_wrap;
+		vr->pk_used_flags ^= AVAIL_USED;
 	}
 	vr->used_idx = (uint16_t)used;
 	vr->pk_slots = (uint16_t)(vr->pk_slots + n);

@@ -252,6 +252,7 @@ static int walk_indirect(const struct vring *vr, const struct vring_desc *d, uns
 
 int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c)
 {
+	const struct vring_fast_region f = vring_fast_region(vr->mem);
 	const struct vring_desc *table = vr->desc;
 	unsigned tnum = vr->num, count = 0, i = head;
 	bool indirect = false;
@@ -278,7 +279,7 @@ int vring_walk(const struct vring *vr, uint16_t head, struct vring_chain *c)
 		/* More descriptors than the table holds: the chain loops. */
 		if (++count > tnum)
 			return -ELOOP;
-		ret = vring_walk_buffer(vr, &d, c);
+		ret = vring_walk_buffer(vr, &f, &d, c);
 		if (ret < 0)
 			return ret;
 		if (!(d.flags & VRING_DESC_F_NEXT))

@@ -114,6 +114,47 @@ void *vring_mem_gpa(const struct vring_mem *m, uint64_t gpa, uint64_t len);
 int vring_mem_map(const struct vring_mem *m, uint64_t gpa, uint32_t len, struct iovec *iov,
 		  unsigned max);
 
+/* A copy of the first region of a memory table, the one vring_map_buf()
+ * maps without a call (a guest's RAM is one region, or two around the PCI
+ * hole); a walk keeps it in registers. An empty table gives a region that
+ * holds nothing. */
+struct vring_fast_region {
+	uint64_t gpa, size;
+	uint8_t *host;
+};
+
+static inline struct vring_fast_region vring_fast_region(const struct vring_mem *m)
+{
+	if (!m->nregions)
+		return (struct vring_fast_region){0, 0, NULL};
+	return (struct vring_fast_region){m->r[0].gpa, m->r[0].size, m->r[0].host};
+}
+
+/* Host address of guest [gpa, gpa+len) if it lies in f (vring_mem_map would
+ * find the same region first and make it the same one iovec), else NULL. */
+static inline uint8_t *vring_fast_gpa(const struct vring_fast_region *f, uint64_t gpa,
+				      uint32_t len)
+{
+	uint64_t off = gpa - f->gpa;
+
+	return off < f->size && len <= f->size - off ? f->host + off : NULL;
+}
+
+/* vring_mem_map() of a buffer of len > 0 bytes, without the call when it
+ * lies in f. */
+static inline int vring_map_buf(const struct vring_mem *m, const struct vring_fast_region *f,
+				uint64_t gpa, uint32_t len, struct iovec *iov, unsigned max)
+{
+	uint8_t *h = max ? vring_fast_gpa(f, gpa, len) : NULL;
+
+	if (__builtin_expect(h != NULL, 1)) {
+		iov->iov_base = h;
+		iov->iov_len = len;
+		return 1;
+	}
+	return vring_mem_map(m, gpa, len, iov, max);
+}
+
 /* Inflight region of one queue ("Inflight I/O tracking", split layout). */
 struct vring_inflight_desc {
 	uint8_t inflight;
@@ -174,7 +215,11 @@ struct vring {
 	/* Packed: used slots written since the last notification decision (the
 	 * EVENT_IDX window; slot numbers alone cannot tell a lap from none). */
 	uint16_t pk_slots;
-	/* Packed: descriptors each buffer id took (the used entry skips as many). */
+	/* Packed: the AVAIL/USED bits of a used entry: used_wrap's, set at
+	 * start and flipped with it. */
+	uint16_t pk_used_flags;
+	/* Packed: descriptors each buffer id took (the used entry skips as
+	 * many; 1 for an id never given out). */
 	uint16_t pk_ndesc[VRING_MAX_SIZE];
 };
 
@@ -238,10 +283,10 @@ uint32_t vring_get_base(const struct vring *vr);
 void vring_set_base(struct vring *vr, uint32_t base);
 
 /* ---- internal: vring.c for vring-packed.c ---- */
-/* One buffer descriptor into the chain (inline: both ring layouts walk it per
- * descriptor). */
-static inline int vring_walk_buffer(const struct vring *vr, const struct vring_desc *d,
-				    struct vring_chain *c)
+/* One buffer descriptor into the chain (inline: split chains and packed
+ * indirect tables walk it per descriptor); f is vring_fast_region(vr->mem). */
+static inline int vring_walk_buffer(const struct vring *vr, const struct vring_fast_region *f,
+				    const struct vring_desc *d, struct vring_chain *c)
 {
 	unsigned used = c->nout + c->nin;
 	int n = 0;
@@ -259,7 +304,7 @@ static inline int vring_walk_buffer(const struct vring *vr, const struct vring_d
 	if (c->in_len > UINT32_MAX || c->out_len > UINT32_MAX)
 		return -EINVAL;
 	if (d->len) {
-		n = vring_mem_map(vr->mem, d->addr, d->len, c->iov + used, c->max_iov - used);
+		n = vring_map_buf(vr->mem, f, d->addr, d->len, c->iov + used, c->max_iov - used);
 		if (n < 0)
 			return n;
 	}

@@ -6,9 +6,12 @@
  * Seeds: tests/fuzz/corpus-vring/ (gen-vhost-corpus.py).
  *
  * Input: [0] log2 of the queue size (mod 5: 1..16 entries), [1] flags (bit 0
- * EVENT_IDX, bit 1 INDIRECT_DESC, bit 2 inflight area, bit 3 read-only disk),
- * then FUZZ_MEM bytes of guest memory (guest address 0; desc at 0, avail at
- * 0x400, used at 0x800), then the inflight area. Short inputs are zero-padded.
+ * EVENT_IDX, bit 1 INDIRECT_DESC, bit 2 inflight area, bit 3 read-only disk,
+ * bit 4 packed ring, bits 5-7 its first avail and used slot, wrap 1), then
+ * FUZZ_MEM bytes of guest memory (guest address 0, two regions that meet at
+ * FUZZ_SPLIT; split: desc at 0, avail at 0x400, used at 0x800; packed:
+ * descriptors at 0, driver area at 0x400, device area at 0x800), then the
+ * inflight area. Short inputs are zero-padded.
  * Threading: single-threaded; the loop and image are made once and kept. */
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,7 @@
 #include "util/opts.h"
 
 #define FUZZ_MEM 0x4000u
+#define FUZZ_SPLIT 0x3000u /* where the second memory region starts */
 #define MAX_CHAINS 64
 
 struct freq {
@@ -87,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static uint8_t *mem, *infl;
 	struct vblk_dev_opts o = {.writable = true, .num_queues = 1, .serial = "fuzz"};
-	struct vring_mem m = {.nregions = 1};
+	struct vring_mem m = {.nregions = 2};
 	struct vring vr = {0};
 	struct vblk_dev d;
 	char err[64];
@@ -106,11 +110,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(mem, 0, FUZZ_MEM);
 	n = size - 2 < FUZZ_MEM ? size - 2 : FUZZ_MEM;
 	memcpy(mem, data + 2, n);
-	m.r[0] = (struct vring_region){.gpa = 0, .uva = 0, .size = FUZZ_MEM, .host = mem};
+	m.r[0] = (struct vring_region){.gpa = 0, .uva = 0, .size = FUZZ_SPLIT, .host = mem};
+	m.r[1] = (struct vring_region){.gpa = FUZZ_SPLIT, .uva = FUZZ_SPLIT,
+				       .size = FUZZ_MEM - FUZZ_SPLIT, .host = mem + FUZZ_SPLIT};
 	vr.num = (uint16_t)(1u << (data[0] % 5));
-	vr.desc = (struct vring_desc *)mem;
-	vr.avail = (struct vring_avail *)(mem + 0x400);
-	vr.used = (struct vring_used *)(mem + 0x800);
+	if (data[1] & 0x10) {
+		vr.packed = true;
+		vr.pdesc = (struct vring_packed_desc *)mem;
+		vr.driver_event = (struct vring_packed_event *)(mem + 0x400);
+		vr.device_event = (struct vring_packed_event *)(mem + 0x800);
+		vring_set_base(&vr, (((data[1] >> 5) & (vr.num - 1u)) | VRING_PACKED_WRAP) * 0x10001u);
+	} else {
+		vr.desc = (struct vring_desc *)mem;
+		vr.avail = (struct vring_avail *)(mem + 0x400);
+		vr.used = (struct vring_used *)(mem + 0x800);
+	}
 	vr.mem = &m;
 	vr.event_idx = data[1] & 1;
 	vr.indirect = data[1] & 2;

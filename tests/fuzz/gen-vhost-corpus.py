@@ -133,6 +133,20 @@ def ring_image(num_log2, flags, descs, heads, extra=(), inflight=b''):
     return bytes([num_log2, flags]) + bytes(mem) + inflight
 
 
+def packed_image(num_log2, flags, descs, start=0, extra=()):
+    """descs: (addr, len, id, flags) from slot `start` on, wrapping; the AVAIL
+    bit of the device's wrap counter (1, flipped at the ring's end) is added."""
+    mem = bytearray(0x4000)
+    num = 1 << (num_log2 % 5)
+    for i, (addr, ln, bid, fl) in enumerate(descs):
+        s = start + i
+        avail = 0x80 if (s // num) % 2 == 0 else 0x8000
+        struct.pack_into('<QIHH', mem, 16 * (s % num), addr, ln, bid, fl | avail)
+    for off, data in extra:
+        mem[off:off + len(data)] = data
+    return bytes([num_log2, flags | 0x10 | (start << 5)]) + bytes(mem)
+
+
 def hdr(t, sector):
     return struct.pack('<IIQ', t, 0, sector)
 
@@ -165,6 +179,16 @@ VRING_SEEDS = {
                            [(HDR, hdr(0, 0))],
                            struct.pack('<QHHHH', 0, 1, 8, 0, 0) +
                            struct.pack('<B5xHQ', 1, 0, 7) + bytes(16 * 7)),
+    'packed-read': packed_image(3, 1, [(HDR, 16, 2, N), (DATA, 4096, 2, N | W), (ST, 1, 2, W),
+                                       (HDR + 16, 16, 5, N), (DATA, 512, 5, N), (ST + 1, 1, 5, W)],
+                                start=5, extra=[(HDR, hdr(0, 8)), (HDR + 16, hdr(1, 0))]),
+    'packed-cross-region': packed_image(2, 0, [(HDR, 16, 0, N), (0x2f00, 512, 0, N | W),
+                                               (ST, 1, 0, W)], extra=[(HDR, hdr(0, 0))]),
+    'packed-indirect': packed_image(2, 3, [(0x3000, 48, 1, I)],
+                                    extra=[(0x3000, struct.pack('<QIHHQIHHQIHH', HDR, 16, 0, 0,
+                                                                DATA, 512, 0, W, ST, 1, 0, W)),
+                                           (HDR, hdr(0, 0))]),
+    'packed-long': packed_image(1, 0, [(HDR, 16, 0, N), (DATA, 16, 0, N), (ST, 1, 0, W)]),
 }
 
 

@@ -137,6 +137,10 @@ static void test_chain_and_used(void **state)
 	vring_push(&f->vr, 2, 8);
 	assert_int_equal(d[3].id, 2);
 	assert_int_equal(d[3].flags, F_AVAIL | F_USED);
+	/* Ids the ring never gave out (a caller's bug) take one slot each. */
+	vring_push(&f->vr, 6, 0);
+	vring_push(&f->vr, VRING_MAX_SIZE + 1, 0);
+	assert_int_equal(f->vr.used_idx, 6);
 }
 
 static void test_wrap(void **state)
@@ -330,6 +334,147 @@ static void test_notify_stale_event(void **state)
 	assert_true(vring_flush(&f->vr));
 }
 
+/* Descriptor s of a hand-made chain, available to a device whose avail wrap
+ * counter is `wrap` there. */
+static void put(struct fx *f, unsigned s, bool wrap, uint64_t gpa, uint32_t len, uint16_t id,
+		uint16_t flags)
+{
+	f->vr.pdesc[s] = (struct vring_packed_desc){gpa, len, id,
+						    (uint16_t)(flags | (wrap ? F_AVAIL : F_USED))};
+}
+
+/* Chains that wrap in the middle, the longest the ring allows, and one
+ * longer: the walk's end of lap is the ring's end, then the head's slot. */
+static void test_chain_lengths(void **state)
+{
+	struct fx *f = *state;
+	unsigned i, s;
+
+	/* Head at slot 5: slots 5-7 at wrap 1, then 0-4 at wrap 0, NUM in all. */
+	vring_set_base(&f->vr, 5 | VRING_PACKED_WRAP | (5u | VRING_PACKED_WRAP) << 16);
+	assert_int_equal(vring_start(&f->vr), 0);
+	for (i = 0; i < NUM; i++) {
+		s = (5 + i) % NUM;
+		put(f, s, s >= 5, GPA_BASE + DATA_OFF + 4096 * i, 100, 3,
+		    i + 1 < NUM ? VRING_DESC_F_NEXT : 0);
+	}
+	assert_int_equal(pop(f), 1);
+	assert_int_equal(f->c.head, 3);
+	assert_int_equal(f->c.nout, NUM);
+	assert_int_equal(f->c.out_len, 100 * NUM);
+	assert_ptr_equal(f->iov[3].iov_base, f->mem + DATA_OFF + 3 * 4096);
+	/* Back at slot 5, a lap on. */
+	assert_int_equal(f->vr.last_avail, 5);
+	assert_false(f->vr.avail_wrap);
+	vring_push(&f->vr, 3, 0);
+	assert_int_equal(f->vr.used_idx, 5); /* the used entry skipped all NUM */
+	assert_false(f->vr.used_wrap);
+	assert_int_equal(f->vr.pdesc[5].flags, F_AVAIL | F_USED);
+
+	/* One more: every slot of the next lap available (wrap 0 from slot 5,
+	 * wrap 1 after the ring's end) and with NEXT, the head's slot too, as a
+	 * driver that rewrites it under us would leave it: refused before the
+	 * head is read again. */
+	for (i = 0; i < NUM; i++) {
+		s = (5 + i) % NUM;
+		put(f, s, s < 5, GPA_BASE + DATA_OFF, 16, 0, VRING_DESC_F_NEXT);
+	}
+	assert_int_equal(pop(f), -ELOOP);
+	assert_int_equal(f->vr.last_avail, 5);
+	assert_int_equal(f->vr.inuse, 0);
+
+	/* From slot 0 the lap ends at the ring's end. */
+	vring_set_base(&f->vr, VRING_PACKED_WRAP | VRING_PACKED_WRAP << 16);
+	assert_int_equal(vring_start(&f->vr), 0);
+	for (i = 0; i < NUM; i++)
+		put(f, i, true, GPA_BASE + DATA_OFF, 16, 1, VRING_DESC_F_NEXT);
+	assert_int_equal(pop(f), -ELOOP);
+	f->vr.pdesc[NUM - 1].flags = F_AVAIL;
+	assert_int_equal(pop(f), 1);
+	assert_int_equal(f->c.nout, NUM);
+	assert_int_equal(f->vr.last_avail, 0);
+	assert_false(f->vr.avail_wrap);
+}
+
+/* Readable and writable buffers: the order rule, the 32-bit lengths, the
+ * iovec limit, and buffers outside the first memory region (the walk maps
+ * those through vring_mem_map). */
+static void test_buffers(void **state)
+{
+	struct fx *f = *state;
+	static uint8_t second[8192];
+	uint64_t big = 1ull << 40;
+
+	f->m.nregions = 3;
+	f->m.r[1] = (struct vring_region){.gpa = GPA_BASE + MEM_SIZE, .size = sizeof(second),
+					  .host = second};
+	/* Far away and 8 GiB: never touched, only mapped. */
+	f->m.r[2] = (struct vring_region){.gpa = big, .size = 1ull << 33, .host = f->mem};
+	assert_int_equal(vring_start(&f->vr), 0);
+
+	/* Empty writable ones before a readable one took nothing: allowed. */
+	put(f, 0, true, GPA_BASE + DATA_OFF, 0, 0, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE);
+	put(f, 1, true, GPA_BASE + DATA_OFF, 16, 0, VRING_DESC_F_NEXT);
+	put(f, 2, true, GPA_BASE + DATA_OFF, 8, 0, VRING_DESC_F_WRITE);
+	assert_int_equal(pop(f), 1);
+	assert_int_equal(f->c.nout, 1);
+	assert_int_equal(f->c.nin, 1);
+	assert_int_equal(f->c.out_len, 16);
+	assert_int_equal(f->c.in_len, 8);
+	vring_push(&f->vr, 0, 8);
+	assert_int_equal(f->vr.used_idx, 3);
+
+	/* A readable one after a non-empty writable one: refused. */
+	put(f, 3, true, GPA_BASE + DATA_OFF, 8, 1, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE);
+	put(f, 4, true, GPA_BASE + DATA_OFF, 16, 1, 0);
+	assert_int_equal(pop(f), -EINVAL);
+
+	/* In the second region, and across the first two (two iovecs): then
+	 * back in the first. */
+	put(f, 3, true, GPA_BASE + MEM_SIZE + 16, 32, 1, VRING_DESC_F_NEXT);
+	put(f, 4, true, GPA_BASE + MEM_SIZE - 16, 48, 1, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE);
+	put(f, 5, true, GPA_BASE + DATA_OFF, 1, 1, VRING_DESC_F_WRITE);
+	assert_int_equal(pop(f), 1);
+	assert_int_equal(f->c.nout, 1);
+	assert_int_equal(f->c.nin, 3);
+	assert_ptr_equal(f->iov[0].iov_base, second + 16);
+	assert_ptr_equal(f->iov[1].iov_base, f->mem + MEM_SIZE - 16);
+	assert_int_equal(f->iov[1].iov_len, 16);
+	assert_ptr_equal(f->iov[2].iov_base, second);
+	assert_int_equal(f->iov[2].iov_len, 32);
+	assert_ptr_equal(f->iov[3].iov_base, f->mem + DATA_OFF);
+	assert_int_equal(f->c.in_len, 49);
+	vring_push(&f->vr, 1, 0);
+
+	/* 4 GiB readable: over the 32-bit limit (as two descriptors, each
+	 * within it); 4 GiB - 1 is not. */
+	put(f, 6, true, big, 0x80000000u, 2, VRING_DESC_F_NEXT);
+	put(f, 7, true, big + 0x80000000u, 0x80000000u, 2, 0);
+	assert_int_equal(pop(f), -EINVAL);
+	f->vr.pdesc[7].len = 0x7fffffffu;
+	assert_int_equal(pop(f), 1);
+	assert_int_equal(f->c.out_len, 0xffffffffull);
+	vring_push(&f->vr, 2, 0);
+
+	/* More iovecs than the caller has room for. */
+	f->c.max_iov = 2;
+	put(f, 0, false, GPA_BASE + DATA_OFF, 16, 3, VRING_DESC_F_NEXT);
+	put(f, 1, false, GPA_BASE + DATA_OFF, 16, 3, VRING_DESC_F_NEXT);
+	put(f, 2, false, GPA_BASE + DATA_OFF, 16, 3, 0);
+	assert_int_equal(pop(f), -E2BIG);
+	f->c.max_iov = 3;
+	assert_int_equal(pop(f), 1);
+	assert_int_equal(f->c.nout, 3);
+
+	/* An empty memory table maps nothing. */
+	f->m.nregions = 0;
+	put(f, 3, false, GPA_BASE + DATA_OFF, 16, 4, 0);
+	assert_int_equal(pop(f), -EFAULT);
+	f->vr.pdesc[3].len = 0; /* an empty buffer needs no memory */
+	assert_int_equal(pop(f), 1);
+	assert_int_equal(f->c.nout, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -339,6 +484,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_notify_stale_event, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chain_lengths, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_buffers, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
