@@ -35,15 +35,21 @@ struct vub_notifier {
 	struct vub_queue *q;
 };
 
-/* The kick eventfd read through the loop's io_uring (loops that wait in it,
- * eventfds with non-blocking I/O): a kick arrives in the loop's wait as a
- * completion that already read the counter, where the fd handler took a
- * readiness event and then a read call. */
+/* Kicks through the loop's io_uring (loops that wait in it): a kick arrives
+ * in the loop's wait as a completion, where the fd handler took a readiness
+ * event and then a read call. Best, a multishot poll of the kick eventfd
+ * (armed once per run): every write of the front-end wakes the eventfd's
+ * wait queue and so posts a completion, and the counter is never read - it
+ * only grows (2^64 kicks to overflow), and whoever gets the fd next sees at
+ * worst one spurious kick. Kernels older than multishot poll: a read of the
+ * eventfd, armed again after each kick (the kernel polls it internally).
+ * Threading: the queue's iothread (set up in vub_kick_start). */
 struct vub_kick {
 	struct loop_uring_op op, cancel_op;
-	uint64_t val;    /* the counter read: written by the kernel while armed */
-	bool ring;       /* this run reads kicks so (else through kick_h) */
-	bool armed;      /* a read SQE not completed yet */
+	uint64_t val;    /* the counter read (read SQE): written by the kernel while armed */
+	bool ring;       /* this run takes kicks so (else through kick_h) */
+	bool multishot;  /* ... as a multishot poll (else as reads) */
+	bool armed;      /* a poll or read SQE not ended yet (multishot: no final CQE yet) */
 	bool cancelling; /* a cancel SQE for it not completed yet */
 };
 

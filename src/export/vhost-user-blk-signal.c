@@ -1,5 +1,6 @@
 /* vhost-user-blk: a queue's eventfds. Kicks come in through the loop's
- * io_uring as reads of the kick eventfd, or through a loop fd handler; calls
+ * io_uring as completions of a multishot poll (or, on older kernels, reads)
+ * of the kick eventfd, or through a loop fd handler; calls
  * and errors go out as eventfd writes that never block the iothread, even
  * when the front-end leaves a counter full (see vub_signal).
  *
@@ -8,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -274,9 +276,21 @@ static bool vub_kick_arm(struct vub_queue *q)
 
 	if (!sqe)
 		return false;
-	io_uring_prep_read(sqe, q->kick_h.fd, &q->kick.val, sizeof(q->kick.val), 0);
+	if (q->kick.multishot)
+		io_uring_prep_poll_multishot(sqe, q->kick_h.fd, POLLIN);
+	else
+		io_uring_prep_read(sqe, q->kick_h.fd, &q->kick.val, sizeof(q->kick.val), 0);
 	q->kick.armed = true;
 	return true;
+}
+
+/* May kicks be taken as a multishot poll? IORING_POLL_ADD_MULTI came in 5.13;
+ * IORING_FEAT_CQE_SKIP (5.17) is the nearest feature bit that implies it. */
+static bool vub_kick_multishot_ok(struct loop *loop)
+{
+	struct io_uring *ring = loop_uring(loop);
+
+	return ring && loop_uring_waits(loop) && (ring->features & IORING_FEAT_CQE_SKIP);
 }
 
 /* Kicks through the ring when this loop can, else the fd handler. */
@@ -286,15 +300,49 @@ int vub_kick_start(struct vub_queue *q)
 	q->kick_h.cb = vub_kick_cb;
 	q->kick.op.cb = vub_kick_done;
 	q->kick.cancel_op.cb = vub_kick_cancel_done;
-	q->kick.ring = vub_kick_ring_ok(q->loop) && vub_kick_arm(q);
+	q->kick.multishot = vub_kick_multishot_ok(q->loop);
+	q->kick.ring = (q->kick.multishot || vub_kick_ring_ok(q->loop)) && vub_kick_arm(q);
 	return q->kick.ring ? 0 : loop_fd_add(q->loop, &q->kick_h);
+}
+
+/* A multishot poll's completion: a kick, unless it is the last one (no
+ * IORING_CQE_F_MORE: cancelled, or ended by the kernel, e.g. after a
+ * completion queue overflow). */
+static void vub_kick_poll_done(struct vub_queue *q, int res, uint32_t cqe_flags)
+{
+	if (cqe_flags & IORING_CQE_F_MORE) {
+		if (q->handlers_on)
+			vub_kicked(q);
+		else
+			vub_kick_cancel(q); /* broken: kicks are ignored from now on */
+		return;
+	}
+	q->kick.armed = false;
+	if (!q->handlers_on) {
+		loop_request_flush(q->loop, &q->flush); /* may finish a stop */
+		return;
+	}
+	if (res < 0 && res != -ECANCELED)
+		log_debug("%s: queue %u: kick poll: %s", q->exp->name, q->idx, strerror(-res));
+	/* Armed again; a poll that fails at once, or no SQE: the fd handler. */
+	if (res < 0 || !vub_kick_arm(q)) {
+		q->kick.ring = false;
+		if (loop_fd_add(q->loop, &q->kick_h) < 0) {
+			vub_broken(q, -EBADF);
+			return;
+		}
+	}
+	vub_kicked(q); /* an ended poll may have lost a kick: look */
 }
 
 static void vub_kick_done(struct loop_uring_op *op, int res, uint32_t cqe_flags)
 {
 	struct vub_queue *q = container_of(op, struct vub_queue, kick.op);
 
-	(void)cqe_flags;
+	if (q->kick.multishot) {
+		vub_kick_poll_done(q, res, cqe_flags);
+		return;
+	}
 	q->kick.armed = false;
 	if (!q->handlers_on) {                          /* stopped or broken: not armed again */
 		loop_request_flush(q->loop, &q->flush); /* may finish a stop */

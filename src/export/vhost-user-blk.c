@@ -1,8 +1,8 @@
 /* vhost-user-blk export: the listening socket, the device callbacks for the
  * vhost-user back-end, and the dataplane of each virtqueue.
  *
- * A running queue lives on one iothread: its kick eventfd is read through
- * the loop's io_uring (or watched by a loop fd handler) and its avail ring is
+ * A running queue lives on one iothread: its kick eventfd is polled (multishot)
+ * or read through the loop's io_uring (or watched by a loop fd handler) and its avail ring is
  * a poll handler (kicks stay suppressed while polling finds work). Every chain found in a round
  * becomes a block request at once, so the engine submits them as one batch at the end of the round;
  * completions go to the used ring, and one flush hook per round publishes
@@ -59,8 +59,8 @@ static void vub_handlers_off(struct vub_queue *q)
 		return;
 	if (!q->kick.ring)
 		loop_fd_del(q->loop, &q->kick_h);
-	/* else the read in flight is cancelled by the stop (vub_cancel_writes)
-	 * or ends at the next kick, and is not armed again. */
+	/* else the read or poll in flight is cancelled by the stop
+	 * (vub_cancel_writes) or ends at the next kick, and is not armed again. */
 	if (q->poll_on)
 		loop_poll_del(q->loop, &q->poll);
 	q->handlers_on = q->poll_on = false;
