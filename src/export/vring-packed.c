@@ -95,13 +95,13 @@ static int walk_indirect(const struct vring *vr, uint64_t addr, uint32_t len, bo
 /* Where vring_packed_pop() is in a chain of direct descriptors. */
 struct walk {
 	const struct vring_packed_desc *ring, *p, *end, *head;
-	bool wrap;       /* the avail wrap counter at p */
-	uint16_t expect; /* the flags under WALK_MASK of the next descriptor */
-	uint64_t len;    /* bytes of all buffers so far */
-	uint64_t out;    /* of them readable (set at the first writable one) */
-	unsigned nout;   /* iovecs of the readable ones (likewise) */
-	struct iovec *iov; /* the next iovec */
-	unsigned left;     /* iovecs left */
+	bool wrap;                  /* the avail wrap counter at p */
+	uint16_t expect;            /* the flags under WALK_MASK of the next descriptor */
+	uint64_t len;               /* bytes of all buffers so far */
+	uint64_t out;               /* of them readable (set at the first writable one) */
+	unsigned nout;              /* iovecs of the readable ones (likewise) */
+	struct iovec *iov;          /* the next iovec */
+	unsigned left;              /* iovecs left */
 	struct vring_packed_desc d; /* the copy of the descriptor at p */
 };
 
@@ -152,9 +152,10 @@ static int pop_indirect(const struct vring *vr, struct vring_chain *c, struct vr
  * Inlined twice: fast, every buffer in f and no call (registers need not
  * survive one), stopping with WALK_SLOW at the first that is not, which the
  * other, through vring_mem_map(), takes on from. */
-static inline __attribute__((always_inline)) int
-walk_chain(const struct vring *vr, struct vring_chain *c, struct walk *w,
-	   const struct vring_fast_region *f, bool fast)
+static inline __attribute__((always_inline)) int walk_chain(const struct vring *vr,
+							    struct vring_chain *c, struct walk *w,
+							    const struct vring_fast_region *f,
+							    bool fast)
 {
 	const struct vring_packed_desc *ring_end = w->ring + vr->num;
 	uint8_t *host;

@@ -132,8 +132,7 @@ static inline struct vring_fast_region vring_fast_region(const struct vring_mem 
 
 /* Host address of guest [gpa, gpa+len) if it lies in f (vring_mem_map would
  * find the same region first and make it the same one iovec), else NULL. */
-static inline uint8_t *vring_fast_gpa(const struct vring_fast_region *f, uint64_t gpa,
-				      uint32_t len)
+static inline uint8_t *vring_fast_gpa(const struct vring_fast_region *f, uint64_t gpa, uint32_t len)
 {
 	uint64_t off = gpa - f->gpa;
 
