@@ -4,6 +4,7 @@ their fds, REPLY_ACK results, guest memory in a memfd, split virtqueues set up a
 one chain at a time, bounded waits on eventfds and on the used ring.
 The leading underscore keeps the test runner (scripts/test.sh) from running it as a test.
 """
+import mmap
 import os
 import select
 import signal
@@ -97,6 +98,13 @@ def wait_socket(path, proc):
     fail('no socket ' + path)
 
 
+def guest_memory(name='guest', size=MEM):
+    """A memfd of size bytes and its mapping: guest memory to hand the back-end."""
+    memfd = os.memfd_create(name)
+    os.ftruncate(memfd, size)
+    return memfd, mmap.mmap(memfd, size)
+
+
 def handshake(fe, memfd):
     fe.send(GET_FEATURES)
     if not struct.unpack('<Q', fe.reply(GET_FEATURES))[0] & (1 << 30):
@@ -139,7 +147,7 @@ class Queue:
         relative to the chain) and make the chain available; kick. Returns the head."""
         head = self.next_desc
         for i, (addr, ln, fl, nxt) in enumerate(descs):
-            struct.pack_into('<QIHH', self.mem, self.desc + 16 * (head + i), addr, ln, fl,
+            struct.pack_into('<QIHH', self.mem, self.desc + 16 * ((head + i) % NUM), addr, ln, fl,
                              (head + nxt) % NUM)
         self.next_desc = (head + len(descs)) % NUM
         struct.pack_into('<H', self.mem, self.avail + 4 + 2 * (self.avail_idx % NUM), head)

@@ -20,6 +20,7 @@ import types
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _nbdproto as nbd  # noqa: E402
 from _vhostfe import MEM, Daemon, FrontEnd, Queue, fail, handshake  # noqa: E402
+from _vhostfe import guest_memory  # noqa: E402
 from _vhostfe import F_NEXT, F_WRITE, WAIT_S  # noqa: E402
 
 LIMIT = 1 << 20
@@ -46,10 +47,7 @@ def nbd_writes(path):
 
 
 def vhost_writes(path):
-    memfd = os.memfd_create('guest')
-    os.ftruncate(memfd, MEM)
-    import mmap
-    mem = mmap.mmap(memfd, MEM)
+    memfd, mem = guest_memory()
     fe = FrontEnd(path)
     handshake(fe, memfd)
     q = Queue(fe, mem, 0, 0)

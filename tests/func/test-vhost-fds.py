@@ -17,7 +17,6 @@ iothread that also serves an NBD client and a second vhost-user-blk export:
 
 Each part under the io_uring and the epoll event loop.
 Exit 0 pass, 77 skip, 1 fail (scripts/test.sh conventions)."""
-import mmap
 import os
 import select
 import shutil
@@ -33,6 +32,7 @@ import _nbdproto as nbd  # noqa: E402
 from _vhostfe import (GET_FEATURES, IOPLANE, MEM, SET_VRING_CALL, SET_VRING_ERR,  # noqa: E402
                       SET_VRING_KICK, WAIT_S, Daemon, FrontEnd, Queue, bench, fail,
                       handshake, readable, wait_fd)
+from _vhostfe import guest_memory  # noqa: E402
 
 SATURATED = 0xfffffffffffffffe  # the largest value an eventfd counter holds
 
@@ -222,9 +222,7 @@ def run(tmp, backend):
     try:
         for s in (vs, vs2, ns):
             d.wait_socket(s)
-        memfd = os.memfd_create('guest')
-        os.ftruncate(memfd, MEM)
-        mem = mmap.mmap(memfd, MEM)
+        memfd, mem = guest_memory()
         part_replace(vs, ns, vs2, memfd, mem)
         part_types(vs, memfd, tmp)
         part_saturated(d, vs, ns, memfd, mem)  # stops the daemon

@@ -6,7 +6,6 @@ here is a qemu-storage-daemon FUSE export. SET_MEM_TABLE, ADD_MEM_REG and
 SET_INFLIGHT_FD with it get an error reply; the same connection then works with a
 memfd, and the NBD export on the same iothread keeps serving.
 Exit 0 pass, 77 skip, 1 fail (scripts/test.sh conventions)."""
-import mmap
 import os
 import shutil
 import signal
@@ -21,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _nbdproto as nbd  # noqa: E402
 from _vhostfe import (IOPLANE, MEM, SET_MEM_TABLE, SET_PROTOCOL_FEATURES, UVA,  # noqa: E402
                       WAIT_S, Daemon, FrontEnd, Queue, fail, handshake, wait_fd)
+from _vhostfe import guest_memory  # noqa: E402
 
 ADD_MEM_REG, SET_INFLIGHT_FD = 37, 32
 PF_ALL = (1 << 0) | (1 << 3) | (1 << 9) | (1 << 12) | (1 << 15)  # + INFLIGHT, MEM_SLOTS
@@ -60,9 +60,7 @@ def refused(fe, req, payload, fd, what):
 
 
 def check(vs, ns, fuse_path):
-    memfd = os.memfd_create('guest')
-    os.ftruncate(memfd, MEM)
-    mem = mmap.mmap(memfd, MEM)
+    memfd, mem = guest_memory()
     fuse_fd = os.open(fuse_path, os.O_RDWR)
     fe = FrontEnd(vs)
     fe.send(SET_PROTOCOL_FEATURES, struct.pack('<Q', PF_ALL))

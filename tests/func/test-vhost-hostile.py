@@ -5,7 +5,6 @@ descriptor loop in one queue stops that queue (its error eventfd fires) while an
 queue of the same device, which also got bad ring messages, keeps serving requests; the daemon then still serves a normal
 front-end (`ioplane bench --vhost-user`) and stops cleanly on SIGTERM.
 Exit 0 pass, 77 skip, 1 fail (scripts/test.sh conventions)."""
-import mmap
 import os
 import shutil
 import struct
@@ -17,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _vhostfe import (GET_FEATURES, IOPLANE, MEM, SET_FEATURES, SET_MEM_TABLE,  # noqa: E402
                       SET_PROTOCOL_FEATURES, SET_VRING_BASE, SET_VRING_KICK, SET_VRING_NUM, PF,
                       UVA, Daemon, FrontEnd, Queue, bench, fail, handshake, wait_fd)
+from _vhostfe import guest_memory  # noqa: E402
 
 
 def test_messages(path, memfd):
@@ -78,9 +78,7 @@ def test_shrunk_memory(path, log_path):
     """The front-end truncates its memory file after SET_MEM_TABLE: touching the mapping
     would raise SIGBUS. The daemon must survive, stop that device's queue (error eventfd)
     and log why."""
-    memfd = os.memfd_create('shrinking-guest')
-    os.ftruncate(memfd, MEM)
-    mem = mmap.mmap(memfd, MEM)
+    memfd, mem = guest_memory('shrinking-guest')
     fe = FrontEnd(path)
     handshake(fe, memfd)
     q = Queue(fe, mem, 0, 0x10000)
@@ -114,9 +112,7 @@ def main():
     ok = False
     try:
         d.wait_socket(sock)
-        memfd = os.memfd_create('hostile-guest')
-        os.ftruncate(memfd, MEM)
-        mem = mmap.mmap(memfd, MEM)
+        memfd, mem = guest_memory('hostile-guest')
         test_messages(sock, memfd)
         test_broken_queue(sock, memfd, mem)
         test_shrunk_memory(sock, d.log_path)

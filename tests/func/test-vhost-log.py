@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _vhostfe import (F_NEXT, F_WRITE, GET_FEATURES, MEM, SET_FEATURES,  # noqa: E402
                       SET_MEM_TABLE, SET_OWNER, SET_PROTOCOL_FEATURES, UVA, WAIT_S, Daemon,
                       FrontEnd, Queue, fail, wait_socket)
+from _vhostfe import guest_memory  # noqa: E402
 
 GET_PROTOCOL_FEATURES, SET_LOG_BASE = 15, 6
 PF_LOG_SHMFD = 1 << 1
@@ -50,9 +51,7 @@ def setup(path, log_size=PAGES // 8):
     fe.send(SET_OWNER)
     if fe.ack(SET_FEATURES, struct.pack('<Q', FEATURES | LOG_ALL)):
         fail('SET_FEATURES with LOG_ALL refused')
-    memfd = os.memfd_create('guest')
-    os.ftruncate(memfd, MEM)
-    mem = mmap.mmap(memfd, MEM)
+    memfd, mem = guest_memory()
     if fe.ack(SET_MEM_TABLE, struct.pack('<IIQQQQ', 1, 0, 0, MEM, UVA, 0), [memfd]):
         fail('SET_MEM_TABLE refused')
     logfd = os.memfd_create('log')

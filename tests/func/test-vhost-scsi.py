@@ -11,7 +11,6 @@ LUN commands' errors; RESET_DEVICE as QEMU sends it;
 a chain without room for the response stops that queue only; then `ioplane bench
 --vhost-user --scsi --verify` on the same export and a clean stop.
 Exit 0 pass, 77 skip, 1 fail (scripts/test.sh conventions)."""
-import mmap
 import os
 import shutil
 import struct
@@ -22,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _qmp import Daemon  # noqa: E402
 from _vhostfe import (F_NEXT, F_WRITE, MEM, SET_FEATURES, SET_MEM_TABLE, UVA,  # noqa: E402
                       FrontEnd, Queue, bench, fail, readable, wait_fd)
+from _vhostfe import guest_memory  # noqa: E402
 import _vhostfe  # noqa: E402
 
 HOTPLUG = 1 << 1
@@ -307,9 +307,7 @@ def run(tmp):
     try:
         _vhostfe.wait_socket(sock, d.proc)
         qmp = d.client().negotiate()
-        memfd = os.memfd_create('guest')
-        os.ftruncate(memfd, MEM)
-        mem = mmap.mmap(memfd, MEM)
+        memfd, mem = guest_memory()
         fe = FrontEnd(sock)
         handshake(fe, memfd)
         ctrl = Queue(fe, mem, 0, 0x10000)
