@@ -36,7 +36,10 @@
 # With the file backend, when fio is installed, it also measures what the kernel spends
 # on one 4 KiB page-cache read into a buffer (fio psync, one job: system CPU time per
 # read): every server that reads through the page cache pays at least that per request,
-# and the targets list it as a fraction of qsd's CPU/IO.
+# and the targets list it as a fraction of qsd's CPU/IO. With depth 1 and the irq guest
+# it also runs bench/floor/eventfd-floor.c (built with cc): a back-end that only wakes on
+# the kick eventfd and writes the call eventfd, no ring and no request, whose CPU per
+# round trip every back-end pays per request there; the targets list it likewise.
 #
 # --ioplane-args adds options to ioplane's serve command line, e.g. "--poll-max-ns 0"
 # to see what adaptive polling costs and brings (qsd does not poll virtqueues).
@@ -333,6 +336,24 @@ for be in $backends; do
 done
 echo
 echo "time from connect until every queue answered (ms, median of $((reps + 2)))"
+# A back-end that does nothing but wake on the kick and write the call
+# (bench/floor/eventfd-floor.c, built with cc into $tmp): the least server CPU per
+# request of a depth-1 irq row, median of --reps runs per mode.
+efloor_uring= efloor_poll=
+if [[ " $depths " == *" 1 "* ]] && [[ " $guests " == *" irq "* ]] && command -v cc >/dev/null &&
+	cc -O2 -o "$tmp/eventfd-floor" "$src/bench/floor/eventfd-floor.c" -luring 2>"$tmp/floor.cc.log"; then
+	: >"$tmp/ef-uring"
+	: >"$tmp/ef-poll"
+	for ((r = 0; r < reps; r++)); do
+		for m in uring poll; do
+			out=$(timeout 300 "$tmp/eventfd-floor" "$m" "$count") || { echo "eventfd-floor $m failed" >&2; continue; }
+			echo "${out#* }" >>"$tmp/ef-$m"
+		done
+	done
+	efloor_uring=$(median <"$tmp/ef-uring")
+	efloor_poll=$(median <"$tmp/ef-poll")
+fi
+
 printf '%6s | %9s %9s %6s\n' queues ioplane qsd ratio
 for q in $setup_queues; do
 	printf '%6s | %9s %9s %6s\n' "$q" "${SETUP[ioplane,$q]}" "${SETUP[qsd,$q]}" \
@@ -341,6 +362,12 @@ done
 if [ -n "$floor" ]; then
 	echo
 	echo "kernel CPU per 4 KiB page-cache read (fio psync, system time per read): $floor us"
+fi
+if [ -n "$efloor_uring" ]; then
+	echo
+	echo "back-end that only takes the kick and writes the call, depth 1, sleeping both sides"
+	echo "(bench/floor/eventfd-floor.c), CPU us per round trip: io_uring multishot poll" \
+		"$efloor_uring, poll+read+write $efloor_poll"
 fi
 echo
 echo "targets:"
@@ -353,6 +380,9 @@ for be in $backends; do
 				f=
 				if [ "$be" = file ] && [ -n "$floor" ]; then
 					f=" (the page-cache read alone: $(ratio "$floor" "${CPU[qsd,$k]}"))"
+				fi
+				if [ "$d" = 1 ] && [ "$g" = irq ] && [ -n "$efloor_uring" ]; then
+					f="$f (the kick and call alone: $(ratio "$efloor_uring" "${CPU[qsd,$k]}"))"
 				fi
 				echo "  CPU/IO ioplane/qsd <= 0.5   $be d$d q$q $g: $r $(check "$r" '<=' 0.5)$f"
 				if [ "$d" -ge 64 ]; then
