@@ -3,87 +3,22 @@
  * file names. Each connection is a libnbd handle driven by one loop through
  * libnbd's asynchronous API (its fd, direction and notify calls); no thread
  * of libnbd's own. Requests of a loop without a connection of its own go to
- * one that has, by message, and come back the same way.
+ * one that has, by message, and come back the same way. This file: the
+ * connections and the request path; libnbd's loading, the options and open
+ * are in nbd-client-open.c.
  *
  * Threading: open/close on the main thread; a connection (struct nbdc_conn,
  * the loop's thread_state) is owned by its loop's thread; the connection
  * slots of the node are protected by nbdc_state.lock. */
 #include <errno.h>
-#include <libnbd.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <time.h>
 
-#include "block/block-driver.h"
+#include "block/nbd-client-int.h"
 #include "util/compiler.h"
-#include "util/dynlib.h"
 #include "util/log.h"
-#include "util/opts.h"
-
-/* libnbd, loaded at the first open: an idle daemon does not map it and what
- * it pulls in (gnutls, libxml2). The header declares the entry points. */
-/* clang-format off */
-#define NBDC_LIB_FNS(X) \
-	X(nbd_add_meta_context) X(nbd_aio_block_status) X(nbd_aio_connect_tcp) \
-	X(nbd_aio_connect_unix) X(nbd_aio_connect_uri) X(nbd_aio_flush) \
-	X(nbd_aio_get_direction) X(nbd_aio_get_fd) X(nbd_aio_is_closed) \
-	X(nbd_aio_is_connecting) X(nbd_aio_is_dead) X(nbd_aio_is_ready) \
-	X(nbd_aio_notify_read) X(nbd_aio_notify_write) X(nbd_aio_pread) \
-	X(nbd_aio_pwrite) X(nbd_aio_trim) X(nbd_aio_zero) \
-	X(nbd_can_fast_zero) X(nbd_can_flush) X(nbd_can_fua) \
-	X(nbd_can_meta_context) X(nbd_can_multi_conn) X(nbd_can_trim) \
-	X(nbd_can_zero) X(nbd_close) X(nbd_create) \
-	X(nbd_get_block_size) X(nbd_get_errno) X(nbd_get_error) \
-	X(nbd_get_size) X(nbd_is_read_only) X(nbd_poll) \
-	X(nbd_set_export_name) X(nbd_shutdown)
-/* clang-format on */
-
-#define NBDC_LIB_PTR(f) __typeof__(f) *f;
-#define NBDC_LIB_SYM(f) DYNLIB_SYM(nl, f),
-
-/* Filled once by dynlib_load, read-only afterwards (any thread). */
-static struct {
-	NBDC_LIB_FNS(NBDC_LIB_PTR)
-} nl;
-
-static const struct dynlib_sym nbdc_lib_syms[] = {NBDC_LIB_FNS(NBDC_LIB_SYM)};
-static const char *const nbdc_lib_sonames[] = {"libnbd.so.0", NULL};
-static struct dynlib nbdc_lib = {
-	.pkg = "libnbd0",
-	.sonames = nbdc_lib_sonames,
-	.syms = nbdc_lib_syms,
-	.nsyms = sizeof(nbdc_lib_syms) / sizeof(nbdc_lib_syms[0]),
-};
-
-#define NBDC_MAX_CONNS 16
-#define NBDC_MAX_IO (32u << 20)         /* bytes per read/write command */
-#define NBDC_MAX_ZERO (1u << 30)        /* bytes per trim/zero/block-status command */
-#define NBDC_OPEN_TIMEOUT_MS 30000      /* connecting at open */
-#define NBDC_RETRY_MIN_NS 50000000ull   /* first pause between reconnect attempts */
-#define NBDC_RETRY_MAX_NS 1000000000ull /* longest pause */
-#define NBDC_MAX_DELAY_S 86400
-
-/* The node. Read-only after open except where said. */
-struct nbdc_state {
-	char *uri, *path, *host, *port, *export;
-	char desc[256]; /* the server, for messages */
-	uint64_t delay_ns;
-	uint64_t open_ns; /* open-timeout: keep trying to connect at open for so long */
-	unsigned nconns;  /* connections at most (1 unless multi-conn) */
-	uint32_t max_io;
-	bool can_flush, can_trim, can_zero, can_fast_zero, can_fua, can_status, can_multi;
-	pthread_mutex_t lock;
-	/* Protected by lock: the loop owning each connection slot (NULL: free),
-	 * the handle open() connected (taken by the first connection), the
-	 * round-robin counter of loops without a connection. */
-	struct loop *slot_loop[NBDC_MAX_CONNS];
-	struct nbd_handle *first;
-	unsigned rr;
-};
 
 struct nbdc_req;
 
@@ -129,11 +64,6 @@ struct nbdc_req {
 
 _Static_assert(sizeof(struct nbdc_req) <= BLK_DRV_CTX_SIZE, "nbdc_req too big");
 
-static inline struct nbdc_state *nbdc_state(struct blk_node *bs)
-{
-	return bs->opaque;
-}
-
 static void nbdc_q_init(struct nbdc_queue *q)
 {
 	q->head = NULL;
@@ -158,34 +88,9 @@ static struct nbdc_req *nbdc_q_pop(struct nbdc_queue *q)
 
 static int nbdc_errno(void)
 {
-	int e = nl.nbd_get_errno();
+	int e = nbdc_nl.nbd_get_errno();
 
 	return e > 0 ? -e : -EIO;
-}
-
-/* ---- handles ------------------------------------------------------------ */
-
-static struct nbd_handle *nbdc_handle_new(const struct nbdc_state *s)
-{
-	struct nbd_handle *h = nl.nbd_create();
-
-	if (!h)
-		return NULL;
-	if ((!s->uri && nl.nbd_set_export_name(h, s->export) < 0) ||
-	    nl.nbd_add_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION) < 0) {
-		nl.nbd_close(h);
-		return NULL;
-	}
-	return h;
-}
-
-static int nbdc_start_connect(const struct nbdc_state *s, struct nbd_handle *h)
-{
-	if (s->uri)
-		return nl.nbd_aio_connect_uri(h, s->uri);
-	if (s->path)
-		return nl.nbd_aio_connect_unix(h, s->path);
-	return nl.nbd_aio_connect_tcp(h, s->host, s->port);
 }
 
 /* ---- finishing requests ---------------------------------------------------- */
@@ -287,11 +192,11 @@ static int nbdc_send_rw(struct nbdc_conn *c, struct nbdc_req *r, struct blk_requ
 			size_t n = left < s->max_io ? left : s->max_io;
 
 			if (req->op == BLK_OP_READ)
-				ret = nbdc_piece(
-					r, nl.nbd_aio_pread(c->h, p, n, off, nbdc_cb_of(r), 0));
+				ret = nbdc_piece(r, nbdc_nl.nbd_aio_pread(c->h, p, n, off,
+									  nbdc_cb_of(r), 0));
 			else
-				ret = nbdc_piece(
-					r, nl.nbd_aio_pwrite(c->h, p, n, off, nbdc_cb_of(r), fl));
+				ret = nbdc_piece(r, nbdc_nl.nbd_aio_pwrite(c->h, p, n, off,
+									   nbdc_cb_of(r), fl));
 			p += n;
 			off += n;
 			left -= n;
@@ -311,9 +216,9 @@ static int nbdc_send_range(struct nbdc_conn *c, struct nbdc_req *r, struct blk_r
 		uint64_t n = end - off < NBDC_MAX_ZERO ? end - off : NBDC_MAX_ZERO;
 
 		if (req->op == BLK_OP_DISCARD)
-			ret = nbdc_piece(r, nl.nbd_aio_trim(c->h, n, off, nbdc_cb_of(r), 0));
+			ret = nbdc_piece(r, nbdc_nl.nbd_aio_trim(c->h, n, off, nbdc_cb_of(r), 0));
 		else
-			ret = nbdc_piece(r, nl.nbd_aio_zero(c->h, n, off, nbdc_cb_of(r), fl));
+			ret = nbdc_piece(r, nbdc_nl.nbd_aio_zero(c->h, n, off, nbdc_cb_of(r), fl));
 		off += n;
 	}
 	return ret;
@@ -334,8 +239,8 @@ static int nbdc_send_status(struct nbdc_conn *c, struct nbdc_req *r, struct blk_
 	/* What the server does not answer for is data. */
 	req->status = BLK_STATUS_DATA | BLK_STATUS_ALLOCATED;
 	req->status_len = n;
-	return nbdc_piece(r, nl.nbd_aio_block_status(c->h, n, req->offset, ecb, nbdc_cb_of(r),
-						     LIBNBD_CMD_FLAG_REQ_ONE));
+	return nbdc_piece(r, nbdc_nl.nbd_aio_block_status(c->h, n, req->offset, ecb, nbdc_cb_of(r),
+							  LIBNBD_CMD_FLAG_REQ_ONE));
 }
 
 static int nbdc_send_cmds(struct nbdc_conn *c, struct nbdc_req *r, struct blk_request *req)
@@ -347,7 +252,8 @@ static int nbdc_send_cmds(struct nbdc_conn *c, struct nbdc_req *r, struct blk_re
 	case BLK_OP_WRITE:
 		return nbdc_send_rw(c, r, req);
 	case BLK_OP_FLUSH: /* a server without flush has no cache to flush */
-		return s->can_flush ? nbdc_piece(r, nl.nbd_aio_flush(c->h, nbdc_cb_of(r), 0)) : 0;
+		return s->can_flush ? nbdc_piece(r, nbdc_nl.nbd_aio_flush(c->h, nbdc_cb_of(r), 0))
+				    : 0;
 	case BLK_OP_DISCARD:
 		return nbdc_send_range(c, r, req, 0);
 	case BLK_OP_WRITE_ZEROES:
@@ -401,7 +307,7 @@ static int nbdc_issue(struct nbdc_conn *c, struct nbdc_req *r)
 
 static void nbdc_update_fd(struct nbdc_conn *c)
 {
-	unsigned dir = nl.nbd_aio_get_direction(c->h);
+	unsigned dir = nbdc_nl.nbd_aio_get_direction(c->h);
 	uint32_t ev = (dir & LIBNBD_AIO_DIRECTION_READ ? EPOLLIN : 0) |
 		      (dir & LIBNBD_AIO_DIRECTION_WRITE ? EPOLLOUT : 0);
 
@@ -410,7 +316,7 @@ static void nbdc_update_fd(struct nbdc_conn *c)
 			loop_fd_modify(c->loop, &c->fdh, ev);
 		return;
 	}
-	c->fdh.fd = nl.nbd_aio_get_fd(c->h);
+	c->fdh.fd = nbdc_nl.nbd_aio_get_fd(c->h);
 	c->fdh.events = ev;
 	if (c->fdh.fd >= 0 && loop_fd_add(c->loop, &c->fdh) == 0)
 		c->fd_on = true;
@@ -423,7 +329,7 @@ static void nbdc_drop_handle(struct nbdc_conn *c)
 	if (c->fd_on)
 		loop_fd_del(c->loop, &c->fdh);
 	c->fd_on = false;
-	nl.nbd_close(c->h);
+	nbdc_nl.nbd_close(c->h);
 	c->h = NULL;
 }
 
@@ -475,7 +381,7 @@ static void nbdc_connect(struct nbdc_conn *c)
 	const struct nbdc_state *s = nbdc_state(c->bs);
 
 	c->h = nbdc_handle_new(s);
-	if (!c->h || (nbdc_start_connect(s, c->h) < 0 && !nl.nbd_aio_is_connecting(c->h))) {
+	if (!c->h || (nbdc_start_connect(s, c->h) < 0 && !nbdc_nl.nbd_aio_is_connecting(c->h))) {
 		nbdc_down(c);
 		return;
 	}
@@ -488,8 +394,8 @@ static bool nbdc_same_export(struct nbdc_conn *c)
 {
 	struct blk_node *bs = c->bs;
 
-	return nl.nbd_get_size(c->h) == (int64_t)bs->size &&
-	       (bs->read_only || nl.nbd_is_read_only(c->h) == 0);
+	return nbdc_nl.nbd_get_size(c->h) == (int64_t)bs->size &&
+	       (bs->read_only || nbdc_nl.nbd_is_read_only(c->h) == 0);
 }
 
 static void nbdc_connected(struct nbdc_conn *c)
@@ -547,13 +453,13 @@ static void nbdc_service(struct nbdc_conn *c)
 			nbdc_fail_waiting(c, -EIO);
 		return;
 	}
-	dead = nl.nbd_aio_is_dead(c->h) || nl.nbd_aio_is_closed(c->h);
+	dead = nbdc_nl.nbd_aio_is_dead(c->h) || nbdc_nl.nbd_aio_is_closed(c->h);
 	nbdc_reap(c, dead);
 	if (dead) {
 		if (c->st == NBDC_CONNECTING)
-			log_debug("nbd: %s: %s", nbdc_state(c->bs)->desc, nl.nbd_get_error());
+			log_debug("nbd: %s: %s", nbdc_state(c->bs)->desc, nbdc_nl.nbd_get_error());
 		nbdc_down(c);
-	} else if (c->st == NBDC_CONNECTING && !nl.nbd_aio_is_connecting(c->h)) {
+	} else if (c->st == NBDC_CONNECTING && !nbdc_nl.nbd_aio_is_connecting(c->h)) {
 		nbdc_connected(c);
 	} else {
 		nbdc_update_fd(c);
@@ -564,13 +470,13 @@ static void nbdc_fd_cb(struct loop_fd *fh, uint32_t rev)
 {
 	struct nbdc_conn *c = container_of(fh, struct nbdc_conn, fdh);
 	const uint32_t bad = EPOLLHUP | EPOLLERR;
-	unsigned dir = nl.nbd_aio_get_direction(c->h);
+	unsigned dir = nbdc_nl.nbd_aio_get_direction(c->h);
 
 	if ((rev & (EPOLLIN | bad)) && (dir & LIBNBD_AIO_DIRECTION_READ))
-		nl.nbd_aio_notify_read(c->h);
-	dir = nl.nbd_aio_get_direction(c->h);
+		nbdc_nl.nbd_aio_notify_read(c->h);
+	dir = nbdc_nl.nbd_aio_get_direction(c->h);
 	if ((rev & (EPOLLOUT | bad)) && (dir & LIBNBD_AIO_DIRECTION_WRITE))
-		nl.nbd_aio_notify_write(c->h);
+		nbdc_nl.nbd_aio_notify_write(c->h);
 	nbdc_service(c);
 }
 
@@ -729,9 +635,9 @@ static void nbdc_conn_free(struct blk_node *bs, unsigned idx, bool on_loop)
 			loop_timer_cancel(c->loop, &c->timer);
 		if (on_loop && c->fd_on)
 			loop_fd_del(c->loop, &c->fdh);
-		if (on_loop && c->h && nl.nbd_aio_is_ready(c->h))
-			nl.nbd_shutdown(c->h, 0);
-		nl.nbd_close(c->h);
+		if (on_loop && c->h && nbdc_nl.nbd_aio_is_ready(c->h))
+			nbdc_nl.nbd_shutdown(c->h, 0);
+		nbdc_nl.nbd_close(c->h);
 		pthread_mutex_lock(&s->lock);
 		s->slot_loop[c->slot] = NULL;
 		pthread_mutex_unlock(&s->lock);
@@ -744,224 +650,6 @@ static void nbdc_conn_free(struct blk_node *bs, unsigned idx, bool on_loop)
 static void nbdc_detach_loop(struct blk_node *bs, struct loop *loop)
 {
 	nbdc_conn_free(bs, loop_index(loop), true);
-}
-
-/* ---- options and open ---------------------------------------------------------- */
-
-static int nbdc_dup(char **dst, const char *src)
-{
-	if (!src)
-		return 0;
-	*dst = strdup(src);
-	return *dst ? 0 : -ENOMEM;
-}
-
-/* filename=nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH. */
-static int nbdc_parse_uri(struct nbdc_state *s, struct kv_opts *opts, const char *uri, char *err,
-			  size_t errlen)
-{
-	if (strncmp(uri, "nbd://", 6) && strncmp(uri, "nbd+unix://", 11)) {
-		snprintf(err, errlen,
-			 "nbd: '%s': expected nbd://HOST[:PORT]/EXPORT or "
-			 "nbd+unix:///EXPORT?socket=PATH",
-			 uri);
-		return -EINVAL;
-	}
-	if (kv_get(opts, "server.type") || kv_get(opts, "export")) {
-		snprintf(err, errlen, "nbd: give a file name or server.*/export, not both");
-		return -EINVAL;
-	}
-	snprintf(s->desc, sizeof(s->desc), "%s", uri);
-	return nbdc_dup(&s->uri, uri);
-}
-
-static int nbdc_parse_server(struct nbdc_state *s, struct kv_opts *opts, char *err, size_t errlen)
-{
-	const char *type = kv_get(opts, "server.type"), *path = kv_get(opts, "server.path");
-	const char *host = kv_get(opts, "server.host"), *port = kv_get(opts, "server.port");
-	const char *exp = kv_get(opts, "export");
-	uint64_t pn = 10809;
-
-	if (type && !strcmp(type, "unix") && path && *path && !host && !port) {
-		snprintf(s->desc, sizeof(s->desc), "unix:%s", path);
-		return nbdc_dup(&s->path, path) ?: nbdc_dup(&s->export, exp ? exp : "");
-	}
-	if (!type || strcmp(type, "inet") || !host || !*host || path ||
-	    (port && (parse_u64(port, &pn) || pn == 0 || pn > 65535))) {
-		snprintf(err, errlen,
-			 "nbd: expected server.type=unix,server.path=PATH or "
-			 "server.type=inet,server.host=HOST[,server.port=PORT]");
-		return -EINVAL;
-	}
-	snprintf(s->desc, sizeof(s->desc), "%s:%s", host, port ? port : "10809");
-	return nbdc_dup(&s->host, host) ?: nbdc_dup(&s->port, port ? port : "10809")
-					  ?: nbdc_dup(&s->export, exp ? exp : "");
-}
-
-static int nbdc_parse(struct nbdc_state *s, struct kv_opts *opts, char *err, size_t errlen)
-{
-	const char *uri = kv_get(opts, "filename");
-	uint64_t delay = 0, conns = 1, open_s = 0;
-	int ret;
-
-	ret = uri ? nbdc_parse_uri(s, opts, uri, err, errlen)
-		  : nbdc_parse_server(s, opts, err, errlen);
-	if (ret == -ENOMEM)
-		snprintf(err, errlen, "nbd: out of memory");
-	if (ret)
-		return ret;
-	if (kv_get_u64(opts, "reconnect-delay", &delay) || delay > NBDC_MAX_DELAY_S) {
-		snprintf(err, errlen, "nbd: reconnect-delay must be 0 to %d seconds",
-			 NBDC_MAX_DELAY_S);
-		return -EINVAL;
-	}
-	if (kv_get_u64(opts, "open-timeout", &open_s) || open_s > NBDC_MAX_DELAY_S) {
-		snprintf(err, errlen, "nbd: open-timeout must be 0 to %d seconds",
-			 NBDC_MAX_DELAY_S);
-		return -EINVAL;
-	}
-	if (kv_get_u64(opts, "connections", &conns) || conns < 1 || conns > NBDC_MAX_CONNS) {
-		snprintf(err, errlen, "nbd: connections must be 1 to %d", NBDC_MAX_CONNS);
-		return -EINVAL;
-	}
-	/* The server's cache is the server's business (QEMU's too). */
-	if (kv_get(opts, "cache") && strcmp(kv_get(opts, "cache"), "none") &&
-	    strcmp(kv_get(opts, "cache"), "writeback")) {
-		snprintf(err, errlen, "nbd: cache must be 'none' or 'writeback'");
-		return -EINVAL;
-	}
-	s->delay_ns = delay * 1000000000ull;
-	s->open_ns = open_s * 1000000000ull;
-	s->nconns = (unsigned)conns;
-	return 0;
-}
-
-/* One attempt to connect h, until end_ns: 0, -ETIMEDOUT (the server did not
- * finish the handshake in time) or -ECONNREFUSED (it failed). */
-static int nbdc_try_connect(struct nbdc_state *s, struct nbd_handle *h, uint64_t end_ns, char *err,
-			    size_t errlen)
-{
-	int ret = nbdc_start_connect(s, h);
-
-	while (ret >= 0 && nl.nbd_aio_is_connecting(h)) {
-		uint64_t now = loop_now_ns();
-
-		if (now >= end_ns) {
-			snprintf(err, errlen, "nbd: %s: connection timed out", s->desc);
-			return -ETIMEDOUT;
-		}
-		ret = nl.nbd_poll(h, (int)((end_ns - now) / 1000000 + 1));
-	}
-	if (ret >= 0 && nl.nbd_aio_is_ready(h))
-		return 0;
-	snprintf(err, errlen, "nbd: cannot connect to %s: %s", s->desc,
-		 nl.nbd_get_error() ? nl.nbd_get_error() : "connection closed");
-	return -ECONNREFUSED;
-}
-
-/* Connect at open, blocking (as QEMU's open does): one attempt bounded by
- * NBDC_OPEN_TIMEOUT_MS, or with open-timeout (QEMU's) attempts every
- * NBDC_RETRY_MIN_NS until one succeeds or open-timeout has passed. A server
- * that accepts and never answers cannot hold the main loop longer. */
-static int nbdc_connect_sync(struct nbdc_state *s, char *err, size_t errlen)
-{
-	uint64_t t0 = loop_now_ns();
-	uint64_t end = t0 + (s->open_ns ? s->open_ns : NBDC_OPEN_TIMEOUT_MS * 1000000ull);
-	int ret;
-
-	for (;;) {
-		ret = nbdc_try_connect(s, s->first, end, err, errlen);
-		if (ret != -ECONNREFUSED || !s->open_ns || loop_now_ns() + NBDC_RETRY_MIN_NS >= end)
-			return ret;
-		nanosleep(&(struct timespec){0, (long)NBDC_RETRY_MIN_NS}, NULL);
-		nl.nbd_close(s->first);
-		s->first = nbdc_handle_new(s);
-		if (!s->first) {
-			snprintf(err, errlen, "nbd: %s", nl.nbd_get_error());
-			return -ENOMEM;
-		}
-	}
-}
-
-/* What the server offers, and the node's geometry. */
-static int nbdc_probe(struct blk_node *bs, struct nbdc_state *s, struct nbd_handle *h, char *err,
-		      size_t errlen)
-{
-	int64_t size = nl.nbd_get_size(h), min = nl.nbd_get_block_size(h, LIBNBD_SIZE_MINIMUM);
-	int64_t max = nl.nbd_get_block_size(h, LIBNBD_SIZE_MAXIMUM);
-
-	if (size < 0) {
-		snprintf(err, errlen, "nbd: %s: no export size: %s", s->desc, nl.nbd_get_error());
-		return -EIO;
-	}
-	if (!bs->read_only && nl.nbd_is_read_only(h) == 1) {
-		snprintf(err, errlen,
-			 "nbd: the export of %s is read-only; open it with "
-			 "read-only=on",
-			 s->desc);
-		return -EROFS;
-	}
-	bs->size = (uint64_t)size;
-	if (min > 1 && min <= 65536 && !(min & (min - 1)))
-		bs->align = (uint32_t)min;
-	s->max_io = max > 0 && max < NBDC_MAX_IO ? (uint32_t)max : NBDC_MAX_IO;
-	s->max_io = s->max_io / bs->align * bs->align;
-	bs->max_transfer = s->max_io;
-	s->can_flush = nl.nbd_can_flush(h) == 1;
-	s->can_trim = nl.nbd_can_trim(h) == 1;
-	s->can_zero = nl.nbd_can_zero(h) == 1;
-	s->can_fast_zero = s->can_zero && nl.nbd_can_fast_zero(h) == 1;
-	s->can_fua = nl.nbd_can_fua(h) == 1;
-	s->can_multi = nl.nbd_can_multi_conn(h) == 1;
-	s->can_status = nl.nbd_can_meta_context(h, LIBNBD_CONTEXT_BASE_ALLOCATION) == 1;
-	if (s->nconns > 1 && !s->can_multi) {
-		log_warn("nbd: %s does not offer multi-conn: one connection, not %u", s->desc,
-			 s->nconns);
-		s->nconns = 1;
-	}
-	return 0;
-}
-
-static void nbdc_state_free(struct nbdc_state *s)
-{
-	nl.nbd_close(s->first);
-	pthread_mutex_destroy(&s->lock);
-	free(s->uri);
-	free(s->path);
-	free(s->host);
-	free(s->port);
-	free(s->export);
-	free(s);
-}
-
-static int nbdc_open(struct blk_node *bs, struct kv_opts *opts, char *err, size_t errlen)
-{
-	struct nbdc_state *s;
-	int ret = dynlib_load(&nbdc_lib, "nbd", err, errlen);
-
-	if (ret)
-		return ret;
-	s = calloc(1, sizeof(*s));
-	if (!s) {
-		snprintf(err, errlen, "nbd: out of memory");
-		return -ENOMEM;
-	}
-	pthread_mutex_init(&s->lock, NULL);
-	ret = nbdc_parse(s, opts, err, errlen);
-	if (!ret && !(s->first = nbdc_handle_new(s))) {
-		snprintf(err, errlen, "nbd: %s", nl.nbd_get_error());
-		ret = -ENOMEM;
-	}
-	if (!ret)
-		ret = nbdc_connect_sync(s, err, errlen);
-	if (!ret)
-		ret = nbdc_probe(bs, s, s->first, err, errlen);
-	if (ret) {
-		nbdc_state_free(s);
-		return ret;
-	}
-	bs->opaque = s;
-	return 0;
 }
 
 /* The caller's loop still runs; the others are gone (their state cannot be

@@ -1,6 +1,7 @@
-/* Private parts of the event loop shared by loop.c and its two fd-monitor
- * backends (loop-uring.c, loop-epoll.c). Threading: everything here is owned by
- * the loop's thread except the fields marked atomic. */
+/* Private parts of the event loop shared by loop.c, loop-fd.c, loop-io.c and
+ * its two fd-monitor backends (loop-uring.c, loop-epoll.c). Threading:
+ * everything here is owned by the loop's thread except the fields marked
+ * atomic. */
 #ifndef IOPLANE_LOOP_INT_H
 #define IOPLANE_LOOP_INT_H
 
@@ -110,7 +111,7 @@ static inline void loop_ring_get_events(struct loop *loop)
 	}
 }
 
-/* loop.c, for the backends */
+/* loop-fd.c and loop-io.c, for the backends and loop.c */
 void loop_dispatch_fd(struct loop *loop, uint64_t tag, uint32_t revents);
 bool loop_reap_cqes(struct loop *loop);
 uint64_t loop_fd_tag(struct loop *loop, struct loop_fd *h);
