@@ -12,8 +12,8 @@
 #      the job and the daemon's CPU seconds. Target: time <= 0.7x qsd.  [row3_stream_commit]
 #      Also the time until the data is durable: an fsync of the image the job wrote
 #      (top for stream, base for commit) right after BLOCK_JOB_COMPLETED, added to it.
-#      ioplane flushes before it completes a job; qemu-storage-daemon 7.2 does not, so
-#      its job time leaves the write-back of the copy to the page cache.
+#      ioplane flushes before it completes a job; qemu-storage-daemon 7.2 sends no flush,
+#      so its job time may leave part of the copy's write-back to the page cache.
 #
 #   bench/compare-jobs.sh [--size SIZE] [--runs N] [--rows LIST] [--quick]
 #     --size 2G (default), --runs 3, --rows 1,2,3 (which rows), --quick: 128M, 1 run
@@ -416,7 +416,7 @@ row3_stream_commit() {
 	done
 	echo "row 3 target: time ratio <= 0.70 (ioplane / qsd), with and without load"
 	echo "  (dur: until the image the job wrote is on disk, an fsync of it after the"
-	echo "  job's BLOCK_JOB_COMPLETED; ioplane flushes before it, qsd 7.2 does not)"
+	echo "  job's BLOCK_JOB_COMPLETED; ioplane flushes before it, qsd 7.2 sends no flush)"
 }
 
 echo "compare-jobs: $size, best of $runs; $(nproc) CPUs; $("$IOPLANE" --version 2>/dev/null | head -1)"
