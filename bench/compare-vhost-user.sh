@@ -334,8 +334,6 @@ for be in $backends; do
 		done
 	done
 done
-echo
-echo "time from connect until every queue answered (ms, median of $((reps + 2)))"
 # A back-end that does nothing but wake on the kick and write the call
 # (bench/floor/eventfd-floor.c, built with cc into $tmp): the least server CPU per
 # request of a depth-1 irq row, median of --reps runs per mode.
@@ -354,6 +352,8 @@ if [[ " $depths " == *" 1 "* ]] && [[ " $guests " == *" irq "* ]] && command -v 
 	efloor_poll=$(median <"$tmp/ef-poll")
 fi
 
+echo
+echo "time from connect until every queue answered (ms, median of $((reps + 2)))"
 printf '%6s | %9s %9s %6s\n' queues ioplane qsd ratio
 for q in $setup_queues; do
 	printf '%6s | %9s %9s %6s\n' "$q" "${SETUP[ioplane,$q]}" "${SETUP[qsd,$q]}" \

@@ -93,7 +93,7 @@ def wait_socket(path, proc):
         if os.path.exists(path):
             return
         if proc.poll() is not None:
-            fail('ioplane serve exited early (%d)' % proc.returncode)
+            fail('the server exited early (%d)' % proc.returncode)
         time.sleep(0.1)
     fail('no socket ' + path)
 

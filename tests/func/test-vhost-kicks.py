@@ -22,12 +22,10 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _vhostfe import (IOPLANE, MEM, SET_VRING_BASE, SET_VRING_CALL, SET_VRING_KICK,  # noqa: E402
-                      WAIT_S, Daemon, FrontEnd, Queue, fail, handshake)
-from _vhostfe import guest_memory  # noqa: E402
+from _vhostfe import (IOPLANE, SET_VRING_BASE, SET_VRING_CALL, SET_VRING_KICK,  # noqa: E402
+                      Daemon, FrontEnd, Queue, fail, guest_memory, handshake, wait_socket)
 
 MANY = 300
 BUF = 0x30000
@@ -148,11 +146,7 @@ def run_qsd(tmp):
                               'addr.type=unix,addr.path=%s,num-queues=1' % vs],
                              stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not os.path.exists(vs):
-            if p.poll() is not None or time.monotonic() > deadline:
-                fail('qemu-storage-daemon did not listen: %s' % open(log_path).read())
-            time.sleep(0.02)
+        wait_socket(vs, p)
         parts(vs)
     finally:
         p.kill()
