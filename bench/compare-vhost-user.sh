@@ -15,11 +15,12 @@
 # same client: row "scsi": server CPU per I/O of a vhost-user-scsi export (client
 # --scsi: READ 16 on LUN 0) over that of a vhost-user-blk export, target <= 1.2; row
 # "packed": packed virtqueues (client --packed) over split ones on vhost-user-blk,
-# target <= 1.0; row "scsi-setup": the setup time of a vhost-user-scsi export for
-# --setup-queues request queues (256 means 254: the control and event queues make the
+# target <= 1.0 (these two rows: --own-reps runs of each, default 2 * --reps + 1, taking
+# turns in one server process; the ratio is the median of the turns' ratios); row
+# "scsi-setup": the setup time of a vhost-user-scsi export for --setup-queues request queues (256 means 254: the control and event queues make the
 # 256 virtqueues vhost-user allows), target linear and <= 20 ms at the largest.
 #
-#   bench/compare-vhost-user.sh [--count N] [--reps N] [--backends "null file"]
+#   bench/compare-vhost-user.sh [--count N] [--reps N] [--own-reps N] [--backends "null file"]
 #        [--depths "1 64"] [--queues "1 2"] [--setup-queues "1 16 64 256"]
 #        [--guests "irq poll"] [--guest-poll-ns NS]
 #        [--iothreads N] [--strace-count N] [--file PATH] [--quick] [--strict]
@@ -55,6 +56,7 @@ src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 IOPLANE=${IOPLANE:-$src/build/ioplane}
 count=200000
 reps=3
+own_reps=
 backends="null file"
 depths="1 64"
 queues="1 2"
@@ -78,6 +80,7 @@ while [ $# -gt 0 ]; do
 	case "$1" in
 	--count) count=${2:?}; shift ;;
 	--reps) reps=${2:?}; shift ;;
+	--own-reps) own_reps=${2:?}; shift ;;
 	--backends) backends=${2:?}; shift ;;
 	--depths) depths=${2:?}; shift ;;
 	--queues) queues=${2:?}; shift ;;
@@ -97,6 +100,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 
+own_reps=${own_reps:-$((2 * reps + 1))}
 has_row() { [[ " $rows " == *" $1 "* ]]; }
 need="python3"
 has_row qsd && need="qemu-storage-daemon strace python3"
@@ -122,8 +126,14 @@ fi
 # start SERVER BACKEND NQ: start a server exporting NQ queues at $sock; sets spid.
 start() {
 	local srv=$1 be=$2 nq=$3 i
-	rm -f "$sock"
-	if [ "$srv" = ioplane-blk ] || [ "$srv" = ioplane-scsi ]; then # rows 2-4: null only
+	rm -f "$sock" "$tmp/vhost.sock" "$tmp/vhost-scsi.sock"
+	if [ "$srv" = ioplane-own ]; then # rows scsi and packed: both exports, one process
+		"$IOPLANE" serve --iothreads "$iothreads" "${ioplane_args[@]}" \
+			--blockdev driver=null-co,node-name=d,size=1073741824 \
+			--export "type=vhost-user-blk,id=e0,node-name=d,num-queues=$nq,addr.type=unix,addr.path=$tmp/vhost.sock" \
+			--export "type=vhost-user-scsi,id=e1,node-name=d,num-queues=$nq,addr.type=unix,addr.path=$tmp/vhost-scsi.sock" \
+			>"$tmp/server.log" 2>&1 &
+	elif [ "$srv" = ioplane-blk ] || [ "$srv" = ioplane-scsi ]; then # rows 2-4: null only
 		[ "$srv" = ioplane-scsi ] && [ "$nq" -gt 254 ] && nq=254
 		"$IOPLANE" serve --iothreads "$iothreads" "${ioplane_args[@]}" \
 			--blockdev driver=null-co,node-name=d,size=1073741824 \
@@ -143,7 +153,11 @@ start() {
 	fi
 	spid=$!
 	for ((i = 0; i < 300; i++)); do
-		[ -S "$sock" ] && return 0
+		if [ "$srv" = ioplane-own ]; then
+			[ -S "$tmp/vhost.sock" ] && [ -S "$tmp/vhost-scsi.sock" ] && return 0
+		else
+			[ -S "$sock" ] && return 0
+		fi
 		kill -0 "$spid" 2>/dev/null || break
 		sleep 0.1
 	done
@@ -224,7 +238,7 @@ median() {
 	sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}'
 }
 
-declare -A IOPS CPU SYS SETUP OWN
+declare -A IOPS CPU SYS SETUP OWN OWNR
 maxq=0
 for q in $queues; do [ "$q" -gt "$maxq" ] && maxq=$q; done
 missed=0
@@ -404,49 +418,78 @@ echo "  linear: ms/queue at $first: $per1, at $last: $perN (per-queue cost must 
 	"$(check "$perN" '<=' "$(python3 -c "print(max(float('$per1'), 0.05) * 1.5)")")"
 fi # qsd rows
 
-# own_cpu SRV NAME EXTRA...: server CPU per I/O (us) of ioplane export SRV at depth 64,
-# one queue, for every guest kind, median of --reps, into OWN[NAME,guest].
+# own_cpu NAME...: server CPU per I/O (us) at depth 64, one queue, for every guest kind,
+# into OWN[NAME,guest] (median of own_reps runs), for each variant NAME: blk (split ring
+# on vhost-user-blk), packed (client --packed on the same export) and scsi (client
+# --scsi on a vhost-user-scsi export of the same null node); and for every variant but
+# blk its ratio to blk in OWNR[NAME,guest]. One server process serves both exports, and
+# the variants take turns within each rep, in an order that rotates from rep to rep; the
+# ratio is the median of each rep's ratio to the blk run of the same rep. On a shared VM
+# the machine's speed drifts over seconds, by more than the rows' margins: measuring one
+# variant's reps after the other's, or dividing medians taken at different times, would
+# put that drift into the ratio.
 own_cpu() {
-	local s=$1 name=$2 g r
-	shift 2
-	srv=$s be=null maxq=1
-	client_extra=("$@")
-	start "$srv" null 1
-	client -d 64 -c 5000 --random -q # warm-up
-	for g in $guests; do
-		: >"$tmp/cpu"
-		for ((r = 0; r < reps; r++)); do
-			run 64 1 "$g" >"$tmp/run.out"
-			read -r _ c <"$tmp/run.out"
-			echo "$c" >>"$tmp/cpu"
-		done
-		OWN[$name,$g]=$(median <"$tmp/cpu")
+	local names=("$@") g r i n k c
+	local blk_sock=$sock
+	declare -A got
+	srv=ioplane-own be=null maxq=1
+	start ioplane-own null 1
+	for n in "${names[@]}"; do
+		own_variant "$n"
+		client -d 64 -c 5000 --random -q # warm-up
 	done
+	for g in $guests; do
+		for n in "${names[@]}"; do : >"$tmp/cpu-$n"; done
+		for ((r = 0; r < own_reps; r++)); do
+			for ((i = 0; i < ${#names[@]}; i++)); do
+				k=$(((i + r) % ${#names[@]}))
+				n=${names[$k]}
+				own_variant "$n"
+				run 64 1 "$g" >"$tmp/run.out"
+				read -r _ c <"$tmp/run.out"
+				echo "$c" >>"$tmp/cpu-$n"
+				got[$n]=$c
+			done
+			for n in "${names[@]}"; do
+				[ "$n" = blk ] && continue
+				python3 -c "print(float('${got[$n]}') / float('${got[blk]}'))" >>"$tmp/ratio-$n-$g"
+			done
+		done
+		for n in "${names[@]}"; do
+			OWN[$n,$g]=$(median <"$tmp/cpu-$n")
+			[ "$n" = blk ] || OWNR[$n,$g]=$(median <"$tmp/ratio-$n-$g")
+		done
+	done
+	sock=$blk_sock
 	stop
 	client_extra=()
 }
 
+# own_variant NAME: point the client at variant NAME of own_cpu's server.
+own_variant() {
+	sock=$tmp/vhost.sock
+	case $1 in
+	blk) client_extra=() ;;
+	packed) client_extra=(--packed) ;;
+	scsi) client_extra=(--scsi); sock=$tmp/vhost-scsi.sock ;;
+	esac
+}
+
 own_rows=
-if has_row scsi; then
-	own_cpu ioplane-blk blk
-	own_cpu ioplane-scsi scsi --scsi
-	own_rows="$own_rows scsi"
-fi
-if has_row packed; then
-	[ -n "${OWN[blk,${guests%% *}]:-}" ] || own_cpu ioplane-blk blk
-	own_cpu ioplane-blk packed --packed
-	own_rows="$own_rows packed"
-fi
+has_row scsi && own_rows="$own_rows scsi"
+has_row packed && own_rows="$own_rows packed"
+[ -n "$own_rows" ] && own_cpu blk $own_rows
 if [ -n "$own_rows" ]; then
 	echo
 	echo "ioplane against itself: null backend, 4 KiB random reads, depth 64, one queue," \
-		"$((count * 8)) requests per run, median of $reps (server us CPU/IO)"
+		"$((count * 8)) requests per run, $own_reps runs each, taking turns (server us" \
+		"CPU/IO: medians; ratio: the median of each turn's ratio to blk)"
 	printf '%-7s %5s | %9s %9s %6s | %s\n' row guest blk "this" ratio target
 	for row in $own_rows; do
 		lim=1.2
 		[ "$row" = packed ] && lim=1.0
 		for g in $guests; do
-			r=$(ratio "${OWN[$row,$g]}" "${OWN[blk,$g]}")
+			r=$(python3 -c "print('%.2f' % float('${OWNR[$row,$g]}'))")
 			printf '%-7s %5s | %9.3f %9.3f %6s | <= %s %s\n' "$row" "$g" "${OWN[blk,$g]}" \
 				"${OWN[$row,$g]}" "$r" "$lim" "$(check "$r" '<=' "$lim")"
 		done
