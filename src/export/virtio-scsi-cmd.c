@@ -91,6 +91,12 @@ static int slice(struct vscsi_req *r, unsigned first, unsigned cnt, uint64_t ski
 	struct iovec *iov = r->v.iov;
 	unsigned i = first, end = first + cnt, start;
 
+	/* What drivers send: the header or response in a buffer of its own,
+	 * the data in one buffer after it. Nothing to cut. */
+	if (cnt == 2 && iov[i].iov_len == skip && iov[i + 1].iov_len == len) {
+		*n = 1;
+		return (int)i + 1;
+	}
 	while (i < end && skip >= iov[i].iov_len)
 		skip -= iov[i++].iov_len;
 	if (i == end)
