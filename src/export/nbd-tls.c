@@ -186,6 +186,22 @@ bool nbd_tls_pending(const struct nbd_conn *c)
 	       (c->tls_ipos < c->tls_iend || gnutls_record_check_pending(c->tls) > 0);
 }
 
+/* TLS 1.2: the client sent a ClientHello to renegotiate. Its identity was
+ * checked once, after the first handshake (tls_admit), so there is no new
+ * one: "no_renegotiation ... sent by the server in response to a client
+ * hello after initial handshaking" (RFC 5246, 7.2.2), then the end, for
+ * "a server receiving this error code can only initiate a new handshake or
+ * terminate the session" (GnuTLS, gnutls_record_recv). */
+static void tls_refuse_renegotiation(struct nbd_conn *c)
+{
+	log_warn("nbd: TLS client %s asked for a renegotiation: renegotiation refused", c->peer);
+	/* Our push function takes the alert (tls_cbuf has room for a record
+	 * whenever no record send is pending); nbd_tls_bye sends it. */
+	if (!c->tls_again)
+		(void)gnutls_alert_send(c->tls, GNUTLS_AL_WARNING, GNUTLS_A_NO_RENEGOTIATION);
+	nbd_conn_close(c, "TLS renegotiation refused");
+}
+
 /* One record (or what fits of it) into the input; false: stop reading. */
 static bool tls_read_one(struct nbd_conn *c)
 {
@@ -208,8 +224,12 @@ static bool tls_read_one(struct nbd_conn *c)
 			return false;
 		n = 0; /* the socket ended, with no TLS close: end of input all the same */
 	}
+	if (n == GNUTLS_E_REHANDSHAKE) {
+		tls_refuse_renegotiation(c);
+		return false;
+	}
 	if (n < 0 && !gnutls_error_is_fatal((int)n))
-		return true; /* a warning alert, a renegotiation request: ignored */
+		return true; /* a TLS 1.2 warning alert: ignored */
 	if (n < 0) {
 		log_warn("nbd: TLS error from %s: %s", c->peer, gnutls_strerror((int)n));
 		nbd_conn_close(c, "TLS error");
@@ -487,11 +507,17 @@ void nbd_tls_send(struct nbd_conn *c)
 
 void nbd_tls_bye(struct nbd_conn *c)
 {
-	if (!c->tls_on || !nbd_conn_out_empty(c))
+	/* Not while output is left that is not in records yet: a close_notify
+	 * after a reply cut short would say the stream is whole. */
+	if (!c->tls_on || c->hoff != c->hlen || c->outq || c->tls_ooff != c->tls_olen ||
+	    c->tls_again)
 		return;
-	/* Our push function takes the alert; one send, whatever it does. */
-	if (gnutls_bye(c->tls, GNUTLS_SHUT_WR) == 0 && c->tls_clen)
-		(void)!send(c->fd, c->tls_cbuf, c->tls_clen, MSG_NOSIGNAL | MSG_DONTWAIT);
+	/* Our push function takes the alert after the records not sent yet
+	 * (a refusal's alert, tls_refuse_renegotiation); one send, whatever it
+	 * does. */
+	if (gnutls_bye(c->tls, GNUTLS_SHUT_WR) == 0 && c->tls_coff < c->tls_clen)
+		(void)!send(c->fd, c->tls_cbuf + c->tls_coff, c->tls_clen - c->tls_coff,
+			    MSG_NOSIGNAL | MSG_DONTWAIT);
 	c->tls_coff = c->tls_clen = 0;
 }
 

@@ -7,7 +7,9 @@ records, against ioplane's server (GnuTLS through ctypes, tests/func/_gnutls.py)
   replies are on their way, and in the middle of a WRITE's payload: every reply
   comes, with the right data, and the data written is on disk;
 - close_notify (gnutls_bye), or a TCP end without one, with requests in flight: they
-  are answered (then, after a close_notify, the server sends its own).
+  are answered (then, after a close_notify, the server sends its own);
+- TLS 1.2: a warning alert is ignored; a renegotiation (a new ClientHello) is refused
+  with a no_renegotiation warning and the connection closed, logged.
 GnuTLS lets a peer make 8 KeyUpdates a second: no connection here makes more than 8.
 Certificates come from tls-lib.sh (certtool).
 """
@@ -29,6 +31,7 @@ CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH = 0, 1, 2, 3
 SIZE = 16 << 20  # the export's size
 TOP = SIZE - (2 << 20)  # writes in flight with reads go above, the reads below
 PRIO13 = "NORMAL:-VERS-ALL:+VERS-TLS1.3"
+PRIO12 = "NORMAL:-VERS-ALL:+VERS-TLS1.2"
 
 
 class Conn:
@@ -212,6 +215,25 @@ def end_in_flight(g, port, pki, model, rnd, bye=False):
     c.close()
 
 
+def tls12_alert_and_renegotiation(g, port, pki, model, rnd):
+    """TLS 1.2: a warning alert is ignored; a renegotiation (a new ClientHello) is
+    refused with a no_renegotiation warning and the connection is closed: the
+    client's identity was checked once, at the first handshake."""
+    c = Conn(g, port, pki, model, PRIO12)
+    assert c.t.version() == gt.TLS1_2, "not TLS 1.2"
+    some_io(c, rnd, 2)
+    c.t.alert(gt.AL_WARNING, gt.A_USER_CANCELED)
+    some_io(c, rnd, 2)
+    ret = g.gnutls_handshake(c.t.s)  # one wait of 20 s at most (_gnutls.py)
+    if ret in (gt.E_AGAIN, gt.E_INTERRUPTED):
+        raise AssertionError("renegotiation: no answer from the server")
+    assert ret == gt.E_WARNING_ALERT_RECEIVED, \
+        f"renegotiation: {g.gnutls_strerror(ret).decode()} ({ret})"
+    assert g.gnutls_alert_get(c.t.s) == gt.A_NO_RENEGOTIATION, g.gnutls_alert_get(c.t.s)
+    assert c.t.recv(1) == b"", "no close_notify after the refusal"
+    c.close()
+
+
 def run(g, port, pki, img):
     rnd = random.Random(19)
     with open(img, "rb") as f:
@@ -219,7 +241,8 @@ def run(g, port, pki, img):
 
     def body(srv):
         for case in (rekey_between_requests, rekey_with_requests, rekey_in_flight,
-                     lambda *a: end_in_flight(*a, bye=True), end_in_flight):
+                     lambda *a: end_in_flight(*a, bye=True), end_in_flight,
+                     tls12_alert_and_renegotiation):
             case(g, port, pki, model, rnd)
             assert srv.poll() is None, "server died"
         # What was written is in the file: each connection ended with DISC or an
@@ -253,6 +276,7 @@ def main():
     assert rc == 0, f"server exit status {rc}"
     for bad in ("TLS send to", "TLS error from"):
         assert bad not in text, f"logged: {bad}: {text[-3000:]}"
+    assert "renegotiation refused" in text, "the refused renegotiation is not logged"
     print("ok")
 
 
