@@ -3,9 +3,10 @@
 records, against ioplane's server (GnuTLS through ctypes, tests/func/_gnutls.py):
 
 - TLS 1.3 KeyUpdate, with update_requested (the server answers with a KeyUpdate of
-  its own before its next record) and without, between requests, while large READ
-  replies are on their way, and in the middle of a WRITE's payload: every reply
-  comes, with the right data, and the data written is on disk;
+  its own before its next record) and without, before GO, between requests, in the
+  same TCP segment as the next requests, while large READ replies are on their way,
+  and in the middle of a WRITE's payload: every reply comes, with the right data,
+  and the data written is on disk;
 - close_notify (gnutls_bye), or a TCP end without one, with requests in flight: they
   are answered (then, after a close_notify, the server sends its own);
 - TLS 1.2: a warning alert is ignored; a renegotiation (a new ClientHello) is refused
@@ -38,7 +39,7 @@ class Conn:
     """An NBD client: plaintext up to STARTTLS, then a GnuTLS session; export "w"
     (simple replies), whose contents the caller's model bytearray mirrors."""
 
-    def __init__(self, g, port, pki, model, prio=PRIO13):
+    def __init__(self, g, port, pki, model, prio=PRIO13, rekey_first=False):
         self.raw = socket.create_connection(("127.0.0.1", port), timeout=60)
         self.model, self.cookie, self.want = model, 0, {}
         hello = self.raw_rd(18)
@@ -50,8 +51,12 @@ class Conn:
         self.t = gt.Session(g, self.raw, f"{pki}/cli", prio)
         self.t.handshake()
         name = b"w"
+        if rekey_first:  # a KeyUpdate and GO in one TCP segment, in the option phase
+            self.raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            self.t.key_update(gt.KU_PEER)
         self.send(struct.pack(">QII", IHAVEOPT, OPT_GO, 4 + len(name) + 2) +
                   struct.pack(">I", len(name)) + name + struct.pack(">H", 0))
+        self.raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
         while True:
             magic, opt, typ, ln = struct.unpack(">QIII", self.rd(20))
             assert magic == REPLY_MAGIC, hex(magic)
@@ -164,10 +169,10 @@ def rekey_between_requests(g, port, pki, model, rnd):
 
 
 def rekey_with_requests(g, port, pki, model, rnd):
-    """A KeyUpdate and the requests after it in one TCP segment (TCP_CORK): GnuTLS
-    handles the KeyUpdate record on its own, and the requests behind it in the same
-    read are answered though no more bytes come."""
-    c = Conn(g, port, pki, model)
+    """A KeyUpdate and the requests after it in one TCP segment (TCP_CORK), also GO
+    in the option phase: GnuTLS handles the KeyUpdate record on its own, and what
+    comes behind it in the same read is answered though no more bytes come."""
+    c = Conn(g, port, pki, model, rekey_first=True)
     for k, flags in enumerate((gt.KU_PEER, 0, gt.KU_PEER, 0)):
         c.raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
         c.t.key_update(flags)
@@ -175,7 +180,7 @@ def rekey_with_requests(g, port, pki, model, rnd):
         top_write(c, rnd, 4096)
         c.raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
         c.answers()
-    assert c.t.peer_key_updates == 2, c.t.peer_key_updates
+    assert c.t.peer_key_updates == 3, c.t.peer_key_updates
     c.disc()
     c.close()
 
