@@ -363,6 +363,7 @@ struct nbd_conn {
 	 * one send carry many records. */
 	uint8_t *tls_ibuf, *tls_cbuf;
 	size_t tls_ipos, tls_iend, tls_coff, tls_clen;
+	bool tls_eof; /* the socket's input ended (GnuTLS is told "try again") */
 	/* Replies held for the next round (nbd-tls.c, tls_hold): tls_hold is
 	 * queued, holding a reference; tls_holds rounds in a row so far. */
 	struct loop_defer tls_hold;

@@ -31,6 +31,7 @@
 #define NBD_TLS_DIRECT (16u << 10) /* output pieces this large are sent without a copy */
 #define NBD_TLS_IBUF (64u << 10)   /* ciphertext read at once */
 #define NBD_TLS_CBUF (256u << 10)  /* records made, sent at once */
+#define NBD_TLS_RECORD (16u << 10) /* a record's plaintext at most: what one send takes */
 #define NBD_TLS_HOLD 3             /* rounds replies may wait for more (tls_hold) */
 /* tls_linger: how long replies wait for the client's next requests, how
  * many (or how many bytes) end the wait, the requests that must come in
@@ -66,17 +67,22 @@ int nbd_tls_start(struct nbd_conn *c)
 	return 0;
 }
 
-/* GnuTLS's transport after the handshake (tls_ibuf, tls_cbuf). */
+/* GnuTLS's transport after the handshake (tls_ibuf, tls_cbuf). The end of
+ * the socket's input is not GnuTLS's to see: without a close_notify before
+ * it, GnuTLS would call it a premature termination and invalidate the
+ * session, and the replies to the requests already read could not be sent;
+ * it gets "try again" and tls_eof says the rest. */
 static ssize_t tls_pull(gnutls_transport_ptr_t p, void *data, size_t len)
 {
 	struct nbd_conn *c = p;
 	ssize_t n;
 
 	if (c->tls_ipos == c->tls_iend) {
-		n = recv(c->fd, c->tls_ibuf, NBD_TLS_IBUF, MSG_DONTWAIT);
+		n = c->tls_eof ? 0 : recv(c->fd, c->tls_ibuf, NBD_TLS_IBUF, MSG_DONTWAIT);
 		if (n <= 0) {
-			gnutls_transport_set_errno(c->tls, n < 0 ? errno : 0);
-			return n;
+			c->tls_eof = n == 0;
+			gnutls_transport_set_errno(c->tls, n < 0 ? errno : EAGAIN);
+			return -1;
 		}
 		c->tls_ipos = 0;
 		c->tls_iend = (size_t)n;
@@ -180,6 +186,22 @@ bool nbd_tls_pending(const struct nbd_conn *c)
 	       (c->tls_ipos < c->tls_iend || gnutls_record_check_pending(c->tls) > 0);
 }
 
+/* TLS 1.2: the client sent a ClientHello to renegotiate. Its identity was
+ * checked once, after the first handshake (tls_admit), so there is no new
+ * one: "no_renegotiation ... sent by the server in response to a client
+ * hello after initial handshaking" (RFC 5246, 7.2.2), then the end, for
+ * "a server receiving this error code can only initiate a new handshake or
+ * terminate the session" (GnuTLS, gnutls_record_recv). */
+static void tls_refuse_renegotiation(struct nbd_conn *c)
+{
+	log_warn("nbd: TLS client %s asked for a renegotiation: renegotiation refused", c->peer);
+	/* Our push function takes the alert (tls_cbuf has room for a record
+	 * whenever no record send is pending); nbd_tls_bye sends it. */
+	if (!c->tls_again)
+		(void)gnutls_alert_send(c->tls, GNUTLS_AL_WARNING, GNUTLS_A_NO_RENEGOTIATION);
+	nbd_conn_close(c, "TLS renegotiation refused");
+}
+
 /* One record (or what fits of it) into the input; false: stop reading. */
 static bool tls_read_one(struct nbd_conn *c)
 {
@@ -192,12 +214,22 @@ static bool tls_read_one(struct nbd_conn *c)
 		return false;
 	}
 	n = gnutls_record_recv(c->tls, iov[0].iov_base, iov[0].iov_len);
-	if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+	/* Also what GnuTLS says after a record of its own (a TLS 1.3 KeyUpdate,
+	 * handled inside: with update_requested, its KeyUpdate goes out before
+	 * our next record), when the records after it may already be read. */
+	if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
+		if (nbd_tls_pending(c))
+			return true;
+		if (!c->tls_eof)
+			return false;
+		n = 0; /* the socket ended, with no TLS close: end of input all the same */
+	}
+	if (n == GNUTLS_E_REHANDSHAKE) {
+		tls_refuse_renegotiation(c);
 		return false;
-	if (n == GNUTLS_E_PREMATURE_TERMINATION)
-		n = 0; /* the socket ended without a TLS close: end of input all the same */
+	}
 	if (n < 0 && !gnutls_error_is_fatal((int)n))
-		return true; /* a warning alert, a renegotiation request: ignored */
+		return true; /* a TLS 1.2 warning alert: ignored */
 	if (n < 0) {
 		log_warn("nbd: TLS error from %s: %s", c->peer, gnutls_strerror((int)n));
 		nbd_conn_close(c, "TLS error");
@@ -268,6 +300,11 @@ static void tls_sent(struct nbd_conn *c, size_t n)
 	}
 }
 
+static size_t tls_record_len(size_t len)
+{
+	return len < NBD_TLS_RECORD ? len : NBD_TLS_RECORD;
+}
+
 /* Send the records made; false when the connection closed. A short send
  * leaves the rest for EPOLLOUT. */
 static bool tls_flush(struct nbd_conn *c)
@@ -298,6 +335,11 @@ static bool tls_flush(struct nbd_conn *c)
  * (or it is full: tls_again). Pieces sent straight from the queue stay
  * queued until GnuTLS took them (tls_direct): it encrypts a record into
  * its own buffer, so the call again with NULL, 0 needs none of our bytes.
+ * Each call gets one record's worth: when a KeyUpdate is due (the client
+ * asked for one), GnuTLS copies what it is given before it sends the
+ * KeyUpdate, then makes one record of it. tls_cbuf has room for both
+ * whenever a call is made, so that GnuTLS never has a KeyUpdate and a
+ * record half sent at once.
  * false: nothing was made, or the connection closed. */
 static bool tls_make_records(struct nbd_conn *c)
 {
@@ -311,10 +353,10 @@ static bool tls_make_records(struct nbd_conn *c)
 		if (c->tls_again)
 			n = gnutls_record_send(c->tls, NULL, 0);
 		else if (d.iov_len)
-			n = gnutls_record_send(c->tls, d.iov_base, d.iov_len);
+			n = gnutls_record_send(c->tls, d.iov_base, tls_record_len(d.iov_len));
 		else
 			n = gnutls_record_send(c->tls, c->tls_obuf + c->tls_ooff,
-					       c->tls_olen - c->tls_ooff);
+					       tls_record_len(c->tls_olen - c->tls_ooff));
 		c->tls_direct = c->tls_direct || d.iov_len;
 		d.iov_len = 0;
 		if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) {
@@ -465,11 +507,17 @@ void nbd_tls_send(struct nbd_conn *c)
 
 void nbd_tls_bye(struct nbd_conn *c)
 {
-	if (!c->tls_on || !nbd_conn_out_empty(c))
+	/* Not while output is left that is not in records yet: a close_notify
+	 * after a reply cut short would say the stream is whole. */
+	if (!c->tls_on || c->hoff != c->hlen || c->outq || c->tls_ooff != c->tls_olen ||
+	    c->tls_again)
 		return;
-	/* Our push function takes the alert; one send, whatever it does. */
-	if (gnutls_bye(c->tls, GNUTLS_SHUT_WR) == 0 && c->tls_clen)
-		(void)!send(c->fd, c->tls_cbuf, c->tls_clen, MSG_NOSIGNAL | MSG_DONTWAIT);
+	/* Our push function takes the alert after the records not sent yet
+	 * (a refusal's alert, tls_refuse_renegotiation); one send, whatever it
+	 * does. */
+	if (gnutls_bye(c->tls, GNUTLS_SHUT_WR) == 0 && c->tls_coff < c->tls_clen)
+		(void)!send(c->fd, c->tls_cbuf + c->tls_coff, c->tls_clen - c->tls_coff,
+			    MSG_NOSIGNAL | MSG_DONTWAIT);
 	c->tls_coff = c->tls_clen = 0;
 }
 

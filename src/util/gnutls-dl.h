@@ -14,7 +14,7 @@
 
 /* clang-format off */
 #define GNUTLS_DL_FNS(X) \
-	X(gnutls_bye) X(gnutls_certificate_allocate_credentials) X(gnutls_certificate_free_credentials) \
+	X(gnutls_alert_send) X(gnutls_bye) X(gnutls_certificate_allocate_credentials) X(gnutls_certificate_free_credentials) \
 	X(gnutls_certificate_get_peers) X(gnutls_certificate_server_set_request) X(gnutls_certificate_set_dh_params) \
 	X(gnutls_certificate_set_known_dh_params) X(gnutls_certificate_set_x509_crl_file) X(gnutls_certificate_set_x509_key_file) \
 	X(gnutls_certificate_set_x509_trust_file) X(gnutls_certificate_verification_status_print) X(gnutls_certificate_verify_peers2) \
@@ -47,6 +47,7 @@ int gnutls_dl_load(char *err, size_t errlen);
  * table's members, so it asks for no remapping). */
 #ifndef GNUTLS_DL_NO_REMAP
 /* clang-format off */
+#define gnutls_alert_send (*gnutls_dl.gnutls_alert_send)
 #define gnutls_bye (*gnutls_dl.gnutls_bye)
 #define gnutls_certificate_allocate_credentials (*gnutls_dl.gnutls_certificate_allocate_credentials)
 #define gnutls_certificate_free_credentials (*gnutls_dl.gnutls_certificate_free_credentials)

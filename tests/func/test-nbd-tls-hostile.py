@@ -15,22 +15,17 @@ import socket
 import ssl
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import _tlsserve as ts
+
 IHAVEOPT, REPLY_MAGIC = 0x49484156454F5054, 0x3E889045565A9
 OPT_EXPORT_NAME, OPT_ABORT, OPT_LIST, OPT_STARTTLS, OPT_INFO, OPT_GO = 1, 2, 3, 5, 6, 7
 OPT_STRUCTURED_REPLY, OPT_LIST_META, OPT_EXTENDED = 8, 9, 11
 REP_ACK, REP_INFO = 1, 3
 ERR_INVALID, ERR_TLS_REQD = (1 << 31) + 3, (1 << 31) + 5
 HANDSHAKE_DEADLINE = 30  # seconds, docs/nbd.md
-
-
-def skip(why):
-    print(why)
-    sys.exit(77)
 
 
 class Conn:
@@ -105,7 +100,7 @@ def good_client(port, pki):
 def bad_priority(ioplane, pki, img, tmp):
     """Credentials whose priority string GnuTLS refuses: every STARTTLS is refused
     (ERR_POLICY) and costs nothing once refused (the ASan build checks for leaks)."""
-    port = free_port()
+    port = ts.free_port()
     with open(f"{tmp}/bad.log", "w+") as log:
         srv = subprocess.Popen([ioplane, "serve", "--object",
                                 f"tls-creds-x509,id=t,dir={pki}/srv,endpoint=server,"
@@ -116,7 +111,7 @@ def bad_priority(ioplane, pki, img, tmp):
                                 "--export", "type=nbd,id=e0,node-name=n0,name=x"],
                                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         try:
-            wait_listening(port, srv)
+            ts.wait_listening(port, srv)
             c = Conn(port)
             for _ in range(3):
                 c.opt(OPT_STARTTLS)
@@ -199,54 +194,27 @@ def read_one_by_one(port, pki):
     c.s.close()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def main():
-    ioplane = os.environ.get("IOPLANE")
-    if not ioplane:
-        skip("IOPLANE is not set")
-    for tool in ("certtool", "psktool"):
-        if not shutil.which(tool):
-            skip(f"{tool} is not installed (gnutls-bin)")
+    ioplane = ts.need()
     tmp = tempfile.mkdtemp(prefix="ioplane-tls-")
     pki = f"{tmp}/pki"
-    subprocess.run(["bash", "-c", f'. "{HERE}/nbd-lib.sh"; . "{HERE}/tls-lib.sh"; tls_make "{pki}"'],
-                   check=True)
+    ts.make_pki(pki)
     img = f"{tmp}/img.raw"
     with open(img, "wb") as f:
         f.write(b"\xa5" * (1 << 20))
     with open(f"{tmp}/pattern.raw", "wb") as f:
         f.write(b"".join(pattern(i) for i in range(PATTERN_BLOCKS)))
     bad_priority(ioplane, pki, img, tmp)
-    port = free_port()
-    log = open(f"{tmp}/serve.log", "w+")
-    srv = subprocess.Popen([ioplane, "serve",
-                            "--object", f"tls-creds-x509,id=tls0,dir={pki}/srv,endpoint=server",
-                            "--blockdev", f"driver=file,filename={img},node-name=n0",
-                            "--nbd-server", f"addr.type=inet,addr.host=127.0.0.1,addr.port={port},"
-                            "tls-creds=tls0",
-                            "--export", "type=nbd,id=e0,node-name=n0,name=x",
-                            "--blockdev", f"driver=file,filename={tmp}/pattern.raw,"
-                            "node-name=n1,aio=io_uring",
-                            "--export", "type=nbd,id=e1,node-name=n1,name=y"],
-                           stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    port = ts.free_port()
     try:
-        run(port, pki, srv)
-    except BaseException:
-        log.seek(0)
-        sys.stderr.write(log.read()[-4000:])
-        raise
+        rc, text = ts.serve(ioplane, pki, port,
+                            ["--blockdev", f"driver=file,filename={img},node-name=n0",
+                             "--export", "type=nbd,id=e0,node-name=n0,name=x",
+                             "--blockdev", f"driver=file,filename={tmp}/pattern.raw,"
+                             "node-name=n1,aio=io_uring",
+                             "--export", "type=nbd,id=e1,node-name=n1,name=y"],
+                            f"{tmp}/serve.log", lambda srv: run(port, pki, srv))
     finally:
-        srv.terminate()
-        rc = srv.wait(timeout=30)
-        log.seek(0)
-        text = log.read()
         shutil.rmtree(tmp)
     assert rc == 0, f"server exit status {rc}"
     for want in ("TLS handshake with 127.0.0.1:", "without TLS: TLS is required",
@@ -256,19 +224,7 @@ def main():
     print("ok")
 
 
-def wait_listening(port, srv):
-    for _ in range(600):
-        assert srv.poll() is None, "server exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError("server does not listen")
-
-
 def run(port, pki, srv):
-    wait_listening(port, srv)
     # FORCEDTLS: every option before STARTTLS but ABORT gets TLS_REQD.
     c = Conn(port)
     for o in (OPT_LIST, OPT_INFO, OPT_GO, OPT_STRUCTURED_REPLY, OPT_LIST_META, OPT_EXTENDED, 99):
