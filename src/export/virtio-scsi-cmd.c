@@ -138,45 +138,44 @@ static uint16_t error_asc(const struct vscsi_req *r, int ret)
 {
 	if (ret == -ENOSPC)
 		return ASC_SPACE_ALLOC_FAILED;
-	return r->reading ? SCSI_ASC_UNRECOVERED_READ : SCSI_ASC_WRITE_ERROR;
+	return r->v.breq.op == BLK_OP_READ ? SCSI_ASC_UNRECOVERED_READ : SCSI_ASC_WRITE_ERROR;
 }
 
 static int submit_ext(struct vscsi_req *r);
 
-/* An error, or an UNMAP with ranges left. */
-static void cmd_complete_slow(struct vscsi_req *r, int ret)
+/* An UNMAP range finished with *ret: true when the next one is on its way,
+ * else false with *ret what the command ends with. Only UNMAP looks at
+ * next_ext: one that failed leaves ranges there. */
+static bool unmap_next(struct vscsi_req *r, int *ret)
 {
-	struct blk_request *breq = &r->v.breq;
-
-	if (ret == -ENOTSUP && breq->op == BLK_OP_DISCARD)
-		ret = 0;                                    /* UNMAP is a hint */
-	while (ret == 0 && r->next_ext < r->next_ext_end) { /* the next UNMAP range */
-		ret = submit_ext(r);
-		if (ret == 0)
-			return;
-		if (ret == -ENOTSUP || ret == 1)
-			ret = 0;
+	if (*ret == -ENOTSUP)
+		*ret = 0; /* UNMAP is a hint */
+	while (*ret == 0 && r->next_ext < r->next_ext_end) {
+		*ret = submit_ext(r);
+		if (*ret == 0)
+			return true;
+		if (*ret == -ENOTSUP || *ret == 1)
+			*ret = 0;
 	}
-	r->v.error = ret < 0 ? ret : 0;
-	if (ret < 0) {
-		finish_check(r, ret == -ENOSPC ? SCSI_SENSE_DATA_PROTECT : SCSI_SENSE_MEDIUM_ERROR,
-			     error_asc(r, ret));
-	} else {
-		r->status = SCSI_STATUS_GOOD;
-		respond(r, r->reading ? (uint32_t)breq->len : 0);
-	}
-	r->v.done(&r->v);
+	return false;
 }
 
+/* Data-in only for a READ: the slot's last command may have been one. */
 static void cmd_complete(struct blk_request *breq, int ret)
 {
 	struct vscsi_req *r = (struct vscsi_req *)breq;
 
-	if (unlikely(ret != 0 || r->next_ext < r->next_ext_end))
-		return cmd_complete_slow(r, ret);
-	r->v.error = 0;
-	r->status = SCSI_STATUS_GOOD;
-	respond(r, r->reading ? (uint32_t)breq->len : 0);
+	if (unlikely(breq->op == BLK_OP_DISCARD) && unmap_next(r, &ret))
+		return;
+	if (unlikely(ret < 0)) {
+		r->v.error = ret;
+		finish_check(r, ret == -ENOSPC ? SCSI_SENSE_DATA_PROTECT : SCSI_SENSE_MEDIUM_ERROR,
+			     error_asc(r, ret));
+	} else {
+		r->v.error = 0;
+		r->status = SCSI_STATUS_GOOD;
+		respond(r, breq->op == BLK_OP_READ ? (uint32_t)breq->len : 0);
+	}
 	r->v.done(&r->v);
 }
 
@@ -233,6 +232,7 @@ static enum vblk_submit_result do_io(struct vscsi_req *r, const struct scsi_cmd 
 {
 	uint64_t bytes = (uint64_t)c->nblocks * r->lun->lu.block_size;
 	uint64_t off = c->lba * r->lun->lu.block_size;
+	bool reading = c->kind == SCSI_READ;
 	unsigned n;
 	int first;
 
@@ -241,8 +241,7 @@ static enum vblk_submit_result do_io(struct vscsi_req *r, const struct scsi_cmd 
 		respond(r, 0);
 		return VBLK_FINISHED;
 	}
-	r->reading = c->kind == SCSI_READ;
-	if (r->reading) {
+	if (reading) {
 		r->resid = (uint32_t)(r->v.in_len - r->resp_size - bytes);
 		first = bytes > r->v.in_len - r->resp_size
 				? -1
@@ -259,8 +258,8 @@ static enum vblk_submit_result do_io(struct vscsi_req *r, const struct scsi_cmd 
 	}
 	r->v.breq.iov = r->v.iov + first;
 	r->v.breq.iovcnt = (int)n;
-	return started(r, submit(r, r->reading ? BLK_OP_READ : BLK_OP_WRITE,
-				 c->fua && !r->reading ? BLK_F_FUA : 0, off, bytes));
+	return started(r, submit(r, reading ? BLK_OP_READ : BLK_OP_WRITE,
+				 c->fua && !reading ? BLK_F_FUA : 0, off, bytes));
 }
 
 /* WRITE SAME 16: zeroes only (what Linux and Windows send); the block of

@@ -129,7 +129,6 @@ struct vscsi_req {
 	uint32_t resid, resp_size;
 	uint8_t status, response, sense_len, key;
 	uint16_t asc;
-	bool reading;
 	uint8_t tmf_kind; /* control request waiting for its LUN(s) to drain */
 	uint16_t tmf_lun;
 };
