@@ -36,17 +36,18 @@
 #define MAX_WS_BYTES (1ull << 31) /* one WRITE SAME, one UNMAP range */
 #define ASC_SAVING_NOT_SUPPORTED 0x3900
 
-static uint16_t be16(const uint8_t *p)
+/* Inline: the compiler makes each one load and a byte swap. */
+static inline uint16_t be16(const uint8_t *p)
 {
 	return (uint16_t)(p[0] << 8 | p[1]);
 }
 
-static uint32_t be32(const uint8_t *p)
+static inline uint32_t be32(const uint8_t *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static uint64_t be64(const uint8_t *p)
+static inline uint64_t be64(const uint8_t *p)
 {
 	return (uint64_t)be32(p) << 32 | be32(p + 4);
 }
@@ -468,14 +469,6 @@ static void decode_lu(const struct scsi_lu *lu, const uint8_t *cdb, uint8_t *buf
 		if ((cdb[1] & 0x1f) != SA_READ_CAPACITY_16)
 			return invalid_cdb(c);
 		return do_read_capacity(lu, cdb, true, buf, c);
-	case OP_READ_6:
-	case OP_READ_10:
-	case OP_READ_16:
-		return do_rw(lu, cdb, false, c);
-	case OP_WRITE_6:
-	case OP_WRITE_10:
-	case OP_WRITE_16:
-		return do_rw(lu, cdb, true, c);
 	case OP_SYNC_CACHE_10:
 		return do_sync(lu, cdb, false, c);
 	case OP_SYNC_CACHE_16:
@@ -493,11 +486,40 @@ static void decode_lu(const struct scsi_lu *lu, const uint8_t *cdb, uint8_t *buf
 	}
 }
 
+/* OP_READ_6 OP_WRITE_6 OP_READ_10 OP_WRITE_10 OP_READ_16 OP_WRITE_16: low
+ * bits 01000 (read) or 01010 (write), groups 0, 1 and 4. */
+static bool is_rw(uint8_t op)
+{
+	return (op & 0x1d) == 0x08 && (0x13 >> (op >> 5) & 1);
+}
+
+/* The checks every command gets (cut short, NACA, no unit) in
+ * scsi_decode's order, for a READ or WRITE. */
+bool scsi_decode_rw(const struct scsi_lu *lu, const uint8_t *cdb, size_t cdb_len,
+		    struct scsi_cmd *c)
+{
+	size_t need;
+
+	if (!cdb_len || !is_rw(cdb[0]))
+		return false;
+	memset(c, 0, sizeof(*c));
+	need = cdb_size(cdb[0]);
+	if (cdb_len < need || cdb[need - 1] & 0x04) /* cut short; NACA */
+		invalid_cdb(c);
+	else if (!lu)
+		scsi_check(c, SCSI_SENSE_ILLEGAL_REQUEST, SCSI_ASC_LUN_NOT_SUPPORTED);
+	else
+		do_rw(lu, cdb, cdb[0] & 0x02, c);
+	return true;
+}
+
 void scsi_decode(const struct scsi_lu *lu, const uint16_t *luns, unsigned nluns, const uint8_t *cdb,
 		 size_t cdb_len, uint8_t *buf, struct scsi_cmd *c)
 {
 	size_t need;
 
+	if (scsi_decode_rw(lu, cdb, cdb_len, c))
+		return;
 	memset(c, 0, sizeof(*c));
 	if (!cdb_len)
 		return invalid_cdb(c);

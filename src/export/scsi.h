@@ -91,6 +91,12 @@ struct scsi_extent {
 void scsi_decode(const struct scsi_lu *lu, const uint16_t *luns, unsigned nluns, const uint8_t *cdb,
 		 size_t cdb_len, uint8_t *buf, struct scsi_cmd *c);
 
+/* READ and WRITE 6/10/16, nearly every command, without the rest of the
+ * dispatch: false (c untouched) for another operation code, else true with
+ * c what scsi_decode() would make of it. */
+bool scsi_decode_rw(const struct scsi_lu *lu, const uint8_t *cdb, size_t cdb_len,
+		    struct scsi_cmd *c);
+
 /* Check an UNMAP parameter list p[0, len) against lu; returns the number
  * of extents (0..SCSI_UNMAP_MAX) stored in out, or -1 with c set to CHECK
  * CONDITION. */

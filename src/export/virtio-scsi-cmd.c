@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "export/virtio-scsi.h"
+#include "util/compiler.h"
 #include "util/iov.h"
 
 #define HDR_FIXED 19  /* lun[8], id, task_attr, prio, crn */
@@ -17,8 +18,8 @@
 #define UNMAP_PARAM_MAX (8 + 16 * SCSI_UNMAP_MAX)
 #define ASC_SPACE_ALLOC_FAILED 0x2707
 
-/* The header and the response nearly always sit in one descriptor each:
- * copied at once then, else through the iovec walk. */
+/* The header nearly always sits in one descriptor: copied at once then,
+ * else through the iovec walk. */
 static inline void chain_read(const struct iovec *iov, unsigned cnt, void *buf, size_t len)
 {
 	if (cnt && iov[0].iov_len >= len)
@@ -27,37 +28,46 @@ static inline void chain_read(const struct iovec *iov, unsigned cnt, void *buf, 
 		iov_to_buf(iov, (int)cnt, 0, buf, len);
 }
 
-static inline void chain_write(const struct iovec *iov, unsigned cnt, const void *buf, size_t len)
+/* The response's fixed part: sense_len, resid, status qualifier (0),
+ * status, response. The fields are read before p is written (p may be
+ * anything to the compiler). */
+static inline void resp_fixed(const struct vscsi_req *r, uint8_t *p)
 {
-	if (cnt && iov[0].iov_len >= len)
-		memcpy(iov[0].iov_base, buf, len);
-	else
-		iov_from_buf(iov, (int)cnt, 0, buf, len);
+	uint32_t sense_len = htole32(r->sense_len), resid = htole32(r->resid);
+	uint8_t status = r->status, response = r->response;
+
+	memcpy(p, &sense_len, 4);
+	memcpy(p + 4, &resid, 4);
+	p[8] = p[9] = 0;
+	p[10] = status;
+	p[11] = response;
+}
+
+/* With sense, or the response's buffer cut short: built here and copied. */
+static void respond_copy(const struct vscsi_req *r)
+{
+	uint8_t resp[RESP_FIXED + SCSI_SENSE_LEN];
+
+	resp_fixed(r, resp);
+	if (r->sense_len)
+		scsi_sense_fixed(resp + RESP_FIXED, r->key, r->asc);
+	iov_from_buf(r->v.iov + r->v.nout, (int)r->v.nin, 0, resp, RESP_FIXED + r->sense_len);
 }
 
 /* Write the response (to the front of the writable part) and drop the LUN.
  * Sense bytes past sense_len are left alone: the driver reads none of them. */
-static void respond(struct vscsi_req *r, uint32_t data_len)
+static inline void respond(struct vscsi_req *r, uint32_t data_len)
 {
-	uint8_t resp[RESP_FIXED + SCSI_SENSE_LEN];
-	uint32_t v;
+	const struct iovec *in = r->v.iov + r->v.nout;
 
 	if (r->saved.iov_base) /* the data-in slice cut into the response's iovec */
 		r->v.iov[r->saved_idx] = r->saved;
-	v = htole32(r->sense_len);
-	memcpy(resp, &v, 4);
-	v = htole32(r->resid);
-	memcpy(resp + 4, &v, 4);
-	resp[8] = resp[9] = 0; /* status qualifier */
-	resp[10] = r->status;
-	resp[11] = r->response;
-	if (r->sense_len)
-		scsi_sense_fixed(resp + RESP_FIXED, r->key, r->asc);
-	/* Constant lengths for the usual cases: the copies become a few moves. */
-	if (r->sense_len)
-		chain_write(r->v.iov + r->v.nout, r->v.nin, resp, RESP_FIXED + r->sense_len);
+	/* No sense, and the response in a buffer of its own (what drivers
+	 * send): written in place. */
+	if (likely(!r->sense_len && r->v.nin && in->iov_len >= RESP_FIXED))
+		resp_fixed(r, in->iov_base);
 	else
-		chain_write(r->v.iov + r->v.nout, r->v.nin, resp, RESP_FIXED);
+		respond_copy(r);
 	r->v.used_len = r->resp_size + data_len;
 	vscsi_lun_put(r->lun);
 	r->lun = NULL;
@@ -85,18 +95,12 @@ static enum vblk_submit_result finish_response(struct vscsi_req *r, uint8_t resp
 /* Cut iov[first, first+cnt) in place to the bytes [skip, skip+len); the
  * entry split at skip is saved when save. Returns the first entry of the
  * slice and its count in *n; -1 if the iovecs hold fewer bytes. */
-static int slice(struct vscsi_req *r, unsigned first, unsigned cnt, uint64_t skip, uint64_t len,
-		 bool save, unsigned *n)
+static int slice_walk(struct vscsi_req *r, unsigned first, unsigned cnt, uint64_t skip,
+		      uint64_t len, bool save, unsigned *n)
 {
 	struct iovec *iov = r->v.iov;
 	unsigned i = first, end = first + cnt, start;
 
-	/* What drivers send: the header or response in a buffer of its own,
-	 * the data in one buffer after it. Nothing to cut. */
-	if (cnt == 2 && iov[i].iov_len == skip && iov[i + 1].iov_len == len) {
-		*n = 1;
-		return (int)i + 1;
-	}
 	while (i < end && skip >= iov[i].iov_len)
 		skip -= iov[i++].iov_len;
 	if (i == end)
@@ -116,35 +120,61 @@ static int slice(struct vscsi_req *r, unsigned first, unsigned cnt, uint64_t ski
 	return (int)start;
 }
 
+/* slice_walk(), inline for what drivers send: the header or response in a
+ * buffer of its own, the data in one buffer after it. Nothing to cut. */
+static inline int slice(struct vscsi_req *r, unsigned first, unsigned cnt, uint64_t skip,
+			uint64_t len, bool save, unsigned *n)
+{
+	const struct iovec *iov = r->v.iov + first;
+
+	if (cnt == 2 && iov[0].iov_len == skip && iov[1].iov_len == len) {
+		*n = 1;
+		return (int)first + 1;
+	}
+	return slice_walk(r, first, cnt, skip, len, save, n);
+}
+
 static uint16_t error_asc(const struct vscsi_req *r, int ret)
 {
 	if (ret == -ENOSPC)
 		return ASC_SPACE_ALLOC_FAILED;
-	return r->reading ? SCSI_ASC_UNRECOVERED_READ : SCSI_ASC_WRITE_ERROR;
+	return r->v.breq.op == BLK_OP_READ ? SCSI_ASC_UNRECOVERED_READ : SCSI_ASC_WRITE_ERROR;
 }
 
 static int submit_ext(struct vscsi_req *r);
 
+/* An UNMAP range finished with *ret: true when the next one is on its way,
+ * else false with *ret what the command ends with. Only UNMAP looks at
+ * next_ext: one that failed leaves ranges there. */
+static bool unmap_next(struct vscsi_req *r, int *ret)
+{
+	if (*ret == -ENOTSUP)
+		*ret = 0; /* UNMAP is a hint */
+	while (*ret == 0 && r->next_ext < r->next_ext_end) {
+		*ret = submit_ext(r);
+		if (*ret == 0)
+			return true;
+		if (*ret == -ENOTSUP || *ret == 1)
+			*ret = 0;
+	}
+	return false;
+}
+
+/* Data-in only for a READ: the slot's last command may have been one. */
 static void cmd_complete(struct blk_request *breq, int ret)
 {
 	struct vscsi_req *r = (struct vscsi_req *)breq;
 
-	if (ret == -ENOTSUP && breq->op == BLK_OP_DISCARD)
-		ret = 0;                                    /* UNMAP is a hint */
-	while (ret == 0 && r->next_ext < r->next_ext_end) { /* the next UNMAP range */
-		ret = submit_ext(r);
-		if (ret == 0)
-			return;
-		if (ret == -ENOTSUP || ret == 1)
-			ret = 0;
-	}
-	r->v.error = ret < 0 ? ret : 0;
-	if (ret < 0) {
+	if (unlikely(breq->op == BLK_OP_DISCARD) && unmap_next(r, &ret))
+		return;
+	if (unlikely(ret < 0)) {
+		r->v.error = ret;
 		finish_check(r, ret == -ENOSPC ? SCSI_SENSE_DATA_PROTECT : SCSI_SENSE_MEDIUM_ERROR,
 			     error_asc(r, ret));
 	} else {
+		r->v.error = 0;
 		r->status = SCSI_STATUS_GOOD;
-		respond(r, r->reading ? (uint32_t)breq->len : 0);
+		respond(r, breq->op == BLK_OP_READ ? (uint32_t)breq->len : 0);
 	}
 	r->v.done(&r->v);
 }
@@ -181,10 +211,8 @@ static int submit_ext(struct vscsi_req *r)
 
 /* blk_submit() refused at once, or (1) there was nothing to submit: answer
  * now (done is not called). */
-static enum vblk_submit_result started(struct vscsi_req *r, int ret)
+static enum vblk_submit_result refused(struct vscsi_req *r, int ret)
 {
-	if (ret == 0)
-		return VBLK_SUBMITTED;
 	if (ret == 1 || (ret == -ENOTSUP && r->v.breq.op == BLK_OP_DISCARD)) {
 		r->status = SCSI_STATUS_GOOD;
 		respond(r, 0);
@@ -194,11 +222,17 @@ static enum vblk_submit_result started(struct vscsi_req *r, int ret)
 	return finish_check(r, SCSI_SENSE_MEDIUM_ERROR, error_asc(r, ret));
 }
 
+static inline enum vblk_submit_result started(struct vscsi_req *r, int ret)
+{
+	return likely(ret == 0) ? VBLK_SUBMITTED : refused(r, ret);
+}
+
 static enum vblk_submit_result do_io(struct vscsi_req *r, const struct scsi_cmd *c,
 				     uint32_t hdr_len)
 {
 	uint64_t bytes = (uint64_t)c->nblocks * r->lun->lu.block_size;
 	uint64_t off = c->lba * r->lun->lu.block_size;
+	bool reading = c->kind == SCSI_READ;
 	unsigned n;
 	int first;
 
@@ -207,8 +241,7 @@ static enum vblk_submit_result do_io(struct vscsi_req *r, const struct scsi_cmd 
 		respond(r, 0);
 		return VBLK_FINISHED;
 	}
-	r->reading = c->kind == SCSI_READ;
-	if (r->reading) {
+	if (reading) {
 		r->resid = (uint32_t)(r->v.in_len - r->resp_size - bytes);
 		first = bytes > r->v.in_len - r->resp_size
 				? -1
@@ -225,8 +258,8 @@ static enum vblk_submit_result do_io(struct vscsi_req *r, const struct scsi_cmd 
 	}
 	r->v.breq.iov = r->v.iov + first;
 	r->v.breq.iovcnt = (int)n;
-	return started(r, submit(r, r->reading ? BLK_OP_READ : BLK_OP_WRITE,
-				 c->fua && !r->reading ? BLK_F_FUA : 0, off, bytes));
+	return started(r, submit(r, reading ? BLK_OP_READ : BLK_OP_WRITE,
+				 c->fua && !reading ? BLK_F_FUA : 0, off, bytes));
 }
 
 /* WRITE SAME 16: zeroes only (what Linux and Windows send); the block of
@@ -302,8 +335,10 @@ static unsigned lun_list(struct vscsi_dev *d, uint16_t *luns)
 static _Thread_local uint8_t emul_buf[SCSI_EMUL_MAX];
 static _Thread_local uint16_t emul_luns[SCSI_MAX_LUNS];
 
-static enum vblk_submit_result run(struct vscsi_req *r, const uint8_t *cdb, uint32_t cdb_size,
-				   uint32_t hdr_len)
+/* Everything but READ and WRITE; out of line, so that their path does not
+ * carry its frame. */
+static enum vblk_submit_result __attribute__((noinline))
+run(struct vscsi_req *r, const uint8_t *cdb, uint32_t cdb_size, uint32_t hdr_len)
 {
 	uint8_t *buf = emul_buf;
 	uint16_t *luns = emul_luns;
@@ -339,6 +374,7 @@ enum vblk_submit_result vscsi_cmd_submit(struct vscsi_req *r)
 	uint32_t hdr_len = HDR_FIXED + cdb_size;
 	/* No command ioplane knows has a CDB longer than 16 bytes. */
 	uint32_t cdb_used = cdb_size < 16 ? cdb_size : 16;
+	struct scsi_cmd c;
 	int lun;
 
 	r->resp_size = RESP_FIXED + sense;
@@ -358,5 +394,11 @@ enum vblk_submit_result vscsi_cmd_submit(struct vscsi_req *r)
 	if (lun < 0)
 		return finish_response(r, VIRTIO_SCSI_S_BAD_TARGET);
 	r->lun = vscsi_lun_get(r->dev, (unsigned)lun);
+	/* READ and WRITE straight to the block layer. */
+	if (scsi_decode_rw(r->lun ? &r->lun->lu : NULL, hdr + HDR_FIXED, cdb_used, &c)) {
+		if (c.kind == SCSI_CHECK)
+			return finish_check(r, c.key, c.asc);
+		return do_io(r, &c, hdr_len);
+	}
 	return run(r, hdr + HDR_FIXED, cdb_used, hdr_len);
 }

@@ -151,42 +151,6 @@ void vscsi_lun_set_node(struct vscsi_dev *d, struct blk_node *from, struct blk_n
 			__atomic_store_n(&d->luns[i].bs, to, __ATOMIC_RELEASE);
 }
 
-/* A reference on a present LUN, or NULL (see the threading rule). */
-struct vscsi_lun *vscsi_lun_get(struct vscsi_dev *d, unsigned lun)
-{
-	struct vscsi_lun *l;
-
-	if (lun >= SCSI_MAX_LUNS)
-		return NULL;
-	l = &d->luns[lun];
-	atomic_fetch_add(&l->refs, 1);
-	if (atomic_load(&l->present))
-		return l;
-	atomic_fetch_sub(&l->refs, 1);
-	return NULL;
-}
-
-void vscsi_lun_put(struct vscsi_lun *l)
-{
-	if (l)
-		atomic_fetch_sub_explicit(&l->refs, 1, memory_order_release);
-}
-
-/* The 8-byte LUN field: target 0, single-level flat or peripheral LUN.
- * Returns the LUN, -1 for another target (BAD_TARGET), or SCSI_MAX_LUNS
- * for a LUN that cannot exist. */
-int vscsi_lun_decode(const uint8_t *f)
-{
-	unsigned lun;
-
-	if (f[0] != 1 || f[1] != 0)
-		return -1;
-	lun = ((unsigned)f[2] << 8 | f[3]) & 0x3fff;
-	if (f[4] | f[5] | f[6] | f[7] || lun >= SCSI_MAX_LUNS)
-		return SCSI_MAX_LUNS;
-	return (int)lun;
-}
-
 /* ---- events (event queue thread; posting from any) ------------------------------------- */
 
 void vscsi_event_post(struct vscsi_dev *d, uint32_t event, uint16_t lun, uint32_t reason)

@@ -129,7 +129,6 @@ struct vscsi_req {
 	uint32_t resid, resp_size;
 	uint8_t status, response, sense_len, key;
 	uint16_t asc;
-	bool reading;
 	uint8_t tmf_kind; /* control request waiting for its LUN(s) to drain */
 	uint16_t tmf_lun;
 };
@@ -172,10 +171,43 @@ bool vscsi_tmf_retry(struct vscsi_req *r);
 
 /* ---- internal: virtio-scsi.c for virtio-scsi-cmd.c ---- */
 enum vblk_submit_result vscsi_cmd_submit(struct vscsi_req *r);
-struct vscsi_lun *vscsi_lun_get(struct vscsi_dev *d, unsigned lun);
-void vscsi_lun_put(struct vscsi_lun *l);
-/* The 8-byte LUN field: the LUN, -1 for a target other than 0, or
- * SCSI_MAX_LUNS for a LUN that cannot exist. */
-int vscsi_lun_decode(const uint8_t *f);
+
+/* Inline: every command takes these. */
+
+/* A reference on a present LUN, or NULL (see the threading rule). */
+static inline struct vscsi_lun *vscsi_lun_get(struct vscsi_dev *d, unsigned lun)
+{
+	struct vscsi_lun *l;
+
+	if (lun >= SCSI_MAX_LUNS)
+		return NULL;
+	l = &d->luns[lun];
+	atomic_fetch_add(&l->refs, 1);
+	if (atomic_load(&l->present))
+		return l;
+	atomic_fetch_sub(&l->refs, 1);
+	return NULL;
+}
+
+static inline void vscsi_lun_put(struct vscsi_lun *l)
+{
+	if (l)
+		atomic_fetch_sub_explicit(&l->refs, 1, memory_order_release);
+}
+
+/* The 8-byte LUN field: target 0, single-level flat or peripheral LUN.
+ * Returns the LUN, -1 for another target (BAD_TARGET), or SCSI_MAX_LUNS
+ * for a LUN that cannot exist. */
+static inline int vscsi_lun_decode(const uint8_t *f)
+{
+	unsigned lun;
+
+	if (f[0] != 1 || f[1] != 0)
+		return -1;
+	lun = ((unsigned)f[2] << 8 | f[3]) & 0x3fff;
+	if (f[4] | f[5] | f[6] | f[7] || lun >= SCSI_MAX_LUNS)
+		return SCSI_MAX_LUNS;
+	return (int)lun;
+}
 
 #endif

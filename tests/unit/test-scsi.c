@@ -197,6 +197,44 @@ static void test_read_write(void **state)
 	assert_true(c.fua);
 }
 
+/* scsi_decode_rw(), the READ/WRITE path the transport takes first: it
+ * takes exactly the six READ and WRITE opcodes (not READ/WRITE 12 and the
+ * like that share their low bits) and checks them as scsi_decode() does. */
+static void test_rw_path(void **state)
+{
+	static const uint8_t rw[] = {0x08, 0x0a, 0x28, 0x2a, 0x88, 0x8a};
+	uint8_t cdb[16] = {0};
+	struct scsi_cmd d;
+
+	(void)state;
+	for (unsigned op = 0; op < 256; op++) {
+		bool want = memchr(rw, (int)op, sizeof(rw)) != NULL;
+
+		cdb[0] = (uint8_t)op;
+		cdb[4] = op >> 5 ? 0 : 1; /* a block for the 6-byte ones */
+		assert_int_equal(scsi_decode_rw(&lu, cdb, 16, &d), want);
+		if (!want)
+			continue;
+		run(cdb, 16);
+		assert_memory_equal(&c, &d, sizeof(c));
+		assert_int_equal(c.kind, op & 0x02 ? SCSI_WRITE : SCSI_READ);
+		assert_true(scsi_decode_rw(NULL, cdb, 16, &d)); /* no such unit */
+		assert_int_equal(d.kind, SCSI_CHECK);
+		assert_int_equal(d.asc, SCSI_ASC_LUN_NOT_SUPPORTED);
+		assert_true(scsi_decode_rw(&lu, cdb, op >> 5 ? 9 : 5, &d)); /* cut short */
+		assert_int_equal(d.asc, SCSI_ASC_INVALID_FIELD_CDB);
+	}
+	assert_false(scsi_decode_rw(&lu, cdb, 0, &d));
+	cdb[0] = 0x2a;
+	cdb[9] = 0x04; /* NACA */
+	assert_true(scsi_decode_rw(&lu, cdb, 16, &d));
+	assert_int_equal(d.kind, SCSI_CHECK);
+	assert_int_equal(d.asc, SCSI_ASC_INVALID_FIELD_CDB);
+	cdb[0] = 0xa8; /* READ 12: not offered */
+	run(cdb, 16);
+	want_check(SCSI_SENSE_ILLEGAL_REQUEST, SCSI_ASC_INVALID_OPCODE);
+}
+
 static void test_write_same_unmap(void **state)
 {
 	uint8_t ws[16] = {0x93, 0x08, 0, 0, 0, 0, 0, 0, 0, 10, 0, 0, 0, 5, 0, 0};
@@ -334,6 +372,7 @@ int main(void)
 		cmocka_unit_test_setup(test_report_luns, setup),
 		cmocka_unit_test_setup(test_capacity, setup),
 		cmocka_unit_test_setup(test_read_write, setup),
+		cmocka_unit_test_setup(test_rw_path, setup),
 		cmocka_unit_test_setup(test_write_same_unmap, setup),
 		cmocka_unit_test_setup(test_unmap_list, setup),
 		cmocka_unit_test_setup(test_mode_sense, setup),
