@@ -7,10 +7,10 @@
 # the guest verifies on the destination. Per server: QEMU's own figures from
 # query-migrate (total time and downtime, in ms), median of --reps runs, runs alternating
 # between servers; then the ratios ioplane/qsd (target: both <= 1.0). A run that fails
-# (the guest does not finish on the destination within --timeout) is counted and its
-# server log shown, and the other runs go on: qemu-storage-daemon 7.2's libvhost-user was
-# seen to panic on the destination ("vu_panic: Error writing eventfd: Bad file
-# descriptor"), leaving the guest's disk dead.
+# (the guest does not finish on the destination within --timeout) is counted, its
+# server log shown and its run directory kept (the path is printed), and the other runs
+# go on: qemu-storage-daemon 7.2's libvhost-user was seen to panic on the destination
+# ("vu_panic: Error writing eventfd: Bad file descriptor"), leaving the guest's disk dead.
 #
 #   bench/compare-migrate.sh [--reps N] [--mem MB] [--no-fio] [--timeout S]
 #
@@ -62,7 +62,13 @@ run() {
 		>"$log" 2>&1; then
 		echo "  $1: FAILED: $(grep -m1 '^RESULT' "$log" || echo 'no result')"
 		sed -n '/server log/,$p' "$log" | grep -v 'run directory kept' | tail -n 5 | sed 's/^/    /'
-		rm -rf "$(sed -n 's/.*run directory kept: //p' "$log")"
+		# The run directory (console logs of both guests, QEMU's and the server's
+		# logs, the migration log) is kept with the script's log in it.
+		kept=$(sed -n 's/.*run directory kept: //p' "$log")
+		if [ -d "$kept" ]; then
+			cp "$log" "$kept/compare-migrate.log"
+			echo "    kept: $kept"
+		fi
 		echo x >>"$tmp/$1.failed"
 		return 0
 	fi
