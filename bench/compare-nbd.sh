@@ -7,11 +7,20 @@
 # `strace -c -f -p PID`, server system calls per I/O. Runs alternate between servers;
 # each number is the median of --reps runs. Prints a table, then ioplane/qsd ratios
 # against ioplane's targets (CPU <= 0.5x qsd, syscalls/IO <= 1.0, IOPS >= qsd).
+# Next to the server's CPU per I/O, the client's: fio's own usr_cpu + sys_cpu (the
+# getrusage of its job process over the I/O phase, connection set-up excluded) times
+# job_runtime, divided by the I/Os; and each side's CPU utilisation, CPU seconds / fio's
+# job_runtime seconds (1.00 = one CPU busy all the time; the server's CPU window also holds
+# fio's start and connection, a few ms of a 10 s run). fio's nbd engine is one thread per
+# job, so a client utilisation near 1.00 means the client, not the server, sets the pace.
+# --jobs N runs N fio jobs (numjobs=N, one connection each) against the same server;
+# I/Os, IOPS and CPU are summed over the jobs (a client utilisation up to N).
 #
 #   bench/compare-nbd.sh [--runtime S] [--reps N] [--servers "ioplane qsd nbdkit"]
 #                        [--backends "null file"] [--depths "1 64"] [--strace-ios N]
 #                        [--file PATH] [--direct] [--qsd-iothread] [--quick] [--strict]
 #                        [--ioplane-args "SERVE OPTIONS"] [--tls] [--taskset S:C]
+#                        [--jobs N]
 #
 # Each timed run also counts the machine's inter-processor interrupts (RES + CAL lines of
 # /proc/interrupts, all CPUs) per I/O: on a virtual machine a cross-CPU wake-up is one, and
@@ -28,6 +37,12 @@
 # same TCP socket kind (the cost of TLS itself). Ratios: ioplane/qsd CPU per I/O
 # (target <= 0.6), 1 MiB throughput (target >= 1.3), ioplane TLS/plain CPU per I/O; the
 # record layer each ioplane connection used (GnuTLS or kTLS) from its log. No strace run.
+# Then, for the 1 MiB row, each server's and client's utilisation and the client's
+# ceiling: the MiB/s fio would read with each job at one full CPU (1 / client CPU per
+# MiB, measured against that server), and that ceiling over qsd's measured MiB/s, the
+# best 1 MiB throughput ratio a server could reach against this client; and the
+# machine's ceiling, all CPUs (nproc) busy with this server and client only: nproc /
+# (server + client CPU per MiB). Each figure is a median on its own (of --reps runs).
 # fio's nbd engine refuses a certificate directory in its URI (libnbd's local file
 # access), so fio does not verify the server (tls-verify-peer=false) and the servers do
 # not ask for a client certificate: the handshake is shorter, the record layer the same.
@@ -68,6 +83,7 @@ tls=0
 taskset_srv=()
 taskset_fio=()
 servers_given=0
+jobs=1
 rw=randread
 bs=4k
 
@@ -91,6 +107,7 @@ while [ $# -gt 0 ]; do
 	--strict) strict=1 ;;
 	--ioplane-args) read -r -a ioplane_args <<<"${2?}"; shift ;;
 	--tls) tls=1 ;;
+	--jobs) jobs=${2:?}; shift ;;
 	--taskset)
 		[[ "${2:-}" =~ ^[0-9,-]+:[0-9,-]+$ ]] || usage
 		taskset_srv=(taskset -c "${2%%:*}") taskset_fio=(taskset -c "${2##*:}")
@@ -101,6 +118,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [[ "$runtime" =~ ^[0-9]+$ && "$reps" =~ ^[0-9]+$ && "$strace_ios" =~ ^[0-9]+$ ]] || usage
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || usage
 
 need() {
 	command -v "$1" >/dev/null || { echo "compare-nbd.sh: $1 is not installed" >&2; exit 1; }
@@ -272,22 +290,27 @@ cpu_ticks() {
 	sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
 }
 
-# run_fio DEPTH EXTRA...: print "ios iops" of one fio run on the server's socket.
+# run_fio DEPTH EXTRA...: print "ios iops client_cpu_ms runtime_ms" of one fio run on the
+# server's socket, summed over the --jobs jobs (runtime: the longest job's). The client's
+# CPU is fio's usr_cpu + sys_cpu of each job (percent of its job_runtime).
 run_fio() {
 	local depth=$1 out
 	shift
 	out=$(cd "$tmp" && "${taskset_fio[@]}" fio --name=bench --ioengine=nbd \
 		--uri="$uri" --rw="$rw" --bs="$bs" --size=1G \
-		--iodepth="$depth" --numjobs=1 --randrepeat=0 --output-format=json "$@") || {
+		--iodepth="$depth" --numjobs="$jobs" --randrepeat=0 --output-format=json "$@") || {
 		echo "compare-nbd.sh: fio failed: $out" >&2
 		exit 1
 	}
 	python3 -c 'import json, sys
 s = sys.argv[1]
-j = json.loads(s[s.index("{"):])["jobs"][0]
-if j["error"]:
-    sys.exit("fio error %d" % j["error"])
-print(j["read"]["total_ios"], j["read"]["iops"])' "$out"
+jobs = json.loads(s[s.index("{"):])["jobs"]
+for j in jobs:
+    if j["error"]:
+        sys.exit("fio error %d" % j["error"])
+print(sum(j["read"]["total_ios"] for j in jobs), sum(j["read"]["iops"] for j in jobs),
+      sum((j["usr_cpu"] + j["sys_cpu"]) * j["job_runtime"] / 100 for j in jobs),
+      max(j["job_runtime"] for j in jobs))' "$out"
 }
 
 # ipis: rescheduling and function-call interrupts received so far, all CPUs.
@@ -296,22 +319,30 @@ ipis() {
 		END { print n + 0 }' /proc/interrupts
 }
 
-# measure SERVER BACKEND DEPTH: one timed run; appends "cpu_us", "iops" and "ipis" results.
+# measure SERVER BACKEND DEPTH: one timed run; appends "cpu_us", "iops", "ipis" and the
+# client's "cli_us" results, and the utilisations "srv_util", "cli_util" (CPU seconds per
+# second of fio's I/O phase).
 measure() {
-	local t0 t1 i0 i1 ios iops hz cpu ipi
+	local t0 t1 i0 i1 ios iops hz cpu ipi cms rms ccpu su cu
 	hz=$(getconf CLK_TCK)
 	t0=$(cpu_ticks "$spid")
 	i0=$(ipis)
-	read -r ios iops < <(run_fio "$3" --time_based --runtime="$runtime")
+	read -r ios iops cms rms < <(run_fio "$3" --time_based --runtime="$runtime")
 	t1=$(cpu_ticks "$spid")
 	i1=$(ipis)
-	cpu=$(python3 -c "print(($t1 - $t0) * 1e6 / $hz / max($ios, 1))")
-	ipi=$(python3 -c "print(($i1 - $i0) / max($ios, 1))")
+	read -r cpu ccpu ipi su cu < <(python3 -c "n = max($ios, 1); r = max($rms, 1) / 1e3
+s = ($t1 - $t0) / $hz
+print(s * 1e6 / n, $cms * 1e3 / n, ($i1 - $i0) / n, s / r, $cms / 1e3 / r)")
 	echo "$2 $1 $3 iops $iops" >>"$results"
 	echo "$2 $1 $3 cpu_us $cpu" >>"$results"
 	echo "$2 $1 $3 ipis $ipi" >>"$results"
-	printf '  %-8s %-5s depth %-3s %10.0f IOPS %8.2f us CPU/IO %6.2f IPIs/IO\n' "$1" "$2" \
+	echo "$2 $1 $3 cli_us $ccpu" >>"$results"
+	echo "$2 $1 $3 srv_util $su" >>"$results"
+	echo "$2 $1 $3 cli_util $cu" >>"$results"
+	printf '  %-8s %-5s depth %-3s %10.0f IOPS %8.2f us CPU/IO %6.2f IPIs/IO' "$1" "$2" \
 		"$3" "$iops" "$cpu" "$ipi" >&2
+	printf '  client %8.2f us CPU/IO; utilisation server %4.2f client %4.2f\n' "$ccpu" \
+		"$su" "$cu" >&2
 }
 
 # count_syscalls SERVER BACKEND: fixed number of I/Os at depth 64 under strace -c -f.
@@ -326,7 +357,7 @@ count_syscalls() {
 		[ "$tasks" = 0 ] && break
 		sleep 0.05
 	done
-	read -r ios iops < <(run_fio 64 --number_ios="$strace_ios")
+	read -r ios iops _ < <(run_fio 64 --number_ios="$strace_ios")
 	kill -INT $st
 	wait $st || true
 	# The "total" line: % time, seconds, usecs/call, calls, [errors,] "total".
@@ -350,7 +381,7 @@ if [ $tls = 1 ]; then
 	fi
 fi
 : >"$results"
-echo "runtime ${runtime}s, $reps reps, depths $depths, servers: $servers" >&2
+echo "runtime ${runtime}s, $reps reps, depths $depths, $jobs fio job(s), servers: $servers" >&2
 for ((rep = 0; rep < reps; rep++)); do
 	# Rotate the server order every repetition so that no server always goes first.
 	read -r -a order <<<"$servers"
@@ -373,8 +404,10 @@ for ((rep = 0; rep < reps; rep++)); do
 	done
 done
 
-[ $tls = 1 ] && exec python3 - "$results" "$strict" "$ktls" <<'EOF'
-import collections, statistics, sys
+# Not exec: the EXIT trap removes $tmp (and the 1 GiB file made for the file backend).
+if [ $tls = 1 ]; then
+	python3 - "$results" "$strict" "$ktls" "$jobs" <<'EOF'
+import collections, os, statistics, sys
 
 # Depth 64: 4 KiB random reads; depth 8: 1 MiB sequential reads.
 vals = collections.defaultdict(list)
@@ -387,17 +420,24 @@ servers = [s for s in ("ioplane", "ioplane-plain", "qsd", "nbdkit")
            if any(k[1] == s for k in med)]
 backends = sorted({k[0] for k in med}, key=["null", "file"].index)
 get = lambda b, s, d, m: med.get((b, s, d, m))
-print("%-5s %-16s %-16s %12s %10s %10s" % ("bknd", "server", "workload", "IOPS", "MiB/s",
-                                           "CPU us/IO"))
+jobs = int(sys.argv[4])
+fmt = lambda v, f: "-" if v is None else f % v
+label = lambda s: s + ("" if s == "ioplane-plain" else " (TLS)")
+# "CPU us/IO" is the server's; "cli us/IO" fio's; "srv/cli util": CPU seconds per second
+# of fio's run (1.00 = one CPU busy all the time).
+print("%-5s %-16s %-16s %12s %10s %10s %10s %8s %8s" % (
+    "bknd", "server", "workload", "IOPS", "MiB/s", "CPU us/IO", "cli us/IO", "srv util",
+    "cli util"))
 for b in backends:
     for s in servers:
         for d, name in rows.items():
             i, c = get(b, s, d, "iops"), get(b, s, d, "cpu_us")
             if i is None:
                 continue
-            print("%-5s %-16s %-16s %12.0f %10.1f %10.2f" % (
-                b, s + ("" if s == "ioplane-plain" else " (TLS)"), name, i,
-                i * (4 if d == 64 else 1024) / 1024, c))
+            print("%-5s %-16s %-16s %12.0f %10.1f %10.2f %10s %8s %8s" % (
+                b, label(s), name, i, i * (4 if d == 64 else 1024) / 1024, c,
+                fmt(get(b, s, d, "cli_us"), "%.2f"), fmt(get(b, s, d, "srv_util"), "%.2f"),
+                fmt(get(b, s, d, "cli_util"), "%.2f")))
 missed = 0
 print("\nkTLS on this machine: %s" % sys.argv[3])
 for b in backends:
@@ -412,6 +452,9 @@ for b in backends:
     i_i, i_q = get(b, "ioplane", 8, "iops"), get(b, "qsd", 8, "iops")
     if i_i is not None and i_q:
         checks.append(("1M read MiB/s ioplane/qsd", i_i / i_q, ">=", 1.3))
+    c_i, c_q = get(b, "ioplane", 8, "cli_us"), get(b, "qsd", 8, "cli_us")
+    if c_i is not None and c_q:
+        checks.append(("1M read client CPU/IO ioplane/qsd", c_i / c_q, None, None))
     for name, v, op, target in checks:
         if op is None:
             print("  %-5s %-34s %6.2f" % (b, name, v))
@@ -420,8 +463,29 @@ for b in backends:
         missed += not ok
         print("  %-5s %-34s %6.2f  (target %s %.1f)  %s"
               % (b, name, v, op, target, "met" if ok else "MISSED"))
+
+# Which side saturates a CPU on the 1 MiB row, and two ceilings at the CPU per MiB measured
+# against that server: the client's (each fio job at one full CPU) and the machine's (every
+# CPU busy with server and client only, other work on the machine aside).
+ncpu = os.cpu_count()
+print("\n1M read d8 (%d fio job%s): CPU utilisation (CPU s / fio's run s); ceilings in MiB/s:"
+      " client %d / client CPU s per MiB, machine %d / (server + client CPU s per MiB)"
+      % (jobs, "s" * (jobs > 1), jobs, ncpu))
+for b in backends:
+    q = get(b, "qsd", 8, "iops")
+    for s in servers:
+        i, c, sc = get(b, s, 8, "iops"), get(b, s, 8, "cli_us"), get(b, s, 8, "cpu_us")
+        if i is None or not c:
+            continue
+        cap = jobs * 1e6 / c
+        print("  %-5s %-16s %7.1f MiB/s  util server %4.2f client %4.2f  ceiling client %7.1f%s"
+              "  machine %7.1f" % (b, label(s), i, get(b, s, 8, "srv_util"),
+                                   get(b, s, 8, "cli_util"), cap,
+                                   " = %.2fx qsd" % (cap / q) if q else "", ncpu * 1e6 / (c + sc)))
 sys.exit(1 if missed and sys.argv[2] == "1" else 0)
 EOF
+	exit
+fi
 
 python3 - "$results" "$strict" <<'EOF'
 import collections, statistics, sys
@@ -441,16 +505,22 @@ def get(b, s, d, m):
 def fmt(v, f):
     return "-" if v is None else f % v
 
-print("%-5s %-8s %5s %12s %12s %12s %9s" % ("bknd", "server", "depth", "IOPS", "CPU us/IO",
-                                             "syscalls/IO", "IPIs/IO"))
+# "CPU us/IO" is the server's, "cli us/IO" fio's; "util s/c": server/client CPU seconds
+# per second of fio's run.
+print("%-5s %-8s %5s %12s %12s %12s %9s %10s %9s" % (
+    "bknd", "server", "depth", "IOPS", "CPU us/IO", "syscalls/IO", "IPIs/IO", "cli us/IO",
+    "util s/c"))
 for b in backends:
     for s in servers:
         for d in depths:
-            print("%-5s %-8s %5d %12s %12s %12s %9s" % (
+            su, cu = get(b, s, d, "srv_util"), get(b, s, d, "cli_util")
+            print("%-5s %-8s %5d %12s %12s %12s %9s %10s %9s" % (
                 b, s, d, fmt(get(b, s, d, "iops"), "%.0f"),
                 fmt(get(b, s, d, "cpu_us"), "%.2f"),
                 fmt(get(b, s, d, "syscalls"), "%.2f"),
-                fmt(get(b, s, d, "ipis"), "%.2f")))
+                fmt(get(b, s, d, "ipis"), "%.2f"),
+                fmt(get(b, s, d, "cli_us"), "%.2f"),
+                "-" if su is None else "%.2f/%.2f" % (su, cu)))
 
 def ratio(b, peer, d, m):
     a, p = get(b, "ioplane", d, m), get(b, peer, d, m)
