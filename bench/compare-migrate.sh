@@ -5,12 +5,15 @@
 # (same daemon) serves the destination QEMU; once the guest writes and verifies from every
 # vCPU (and fio at depth 32 when fio is installed), QEMU migrates it over a unix socket and
 # the guest verifies on the destination. Per server: QEMU's own figures from
-# query-migrate (total time and downtime, in ms), median of --reps runs, runs alternating
-# between servers; then the ratios ioplane/qsd (target: both <= 1.0). A run that fails
-# (the guest does not finish on the destination within --timeout) is counted, its
-# server log shown and its run directory kept (the path is printed), and the other runs
-# go on: qemu-storage-daemon 7.2's libvhost-user was seen to panic on the destination
-# ("vu_panic: Error writing eventfd: Bad file descriptor"), leaving the guest's disk dead.
+# query-migrate (total time and downtime, in ms), and the CPU time the server (all its
+# threads) and the source QEMU used from the migrate command to completion (on a 2-CPU
+# machine the server's CPU is taken from the guest's vCPUs and QEMU's migration thread),
+# medians of --reps runs, runs alternating between servers; then the ratios ioplane/qsd
+# (target: both <= 1.0). A run that fails (the guest does not finish on the destination
+# within --timeout) is counted, its server log shown and its run directory kept (the
+# path is printed), and the other runs go on: qemu-storage-daemon 7.2's libvhost-user
+# was seen to panic on the destination ("vu_panic: Error writing eventfd: Bad file
+# descriptor"), leaving the guest's disk dead.
 #
 #   bench/compare-migrate.sh [--reps N] [--mem MB] [--no-fio] [--timeout S]
 #
@@ -73,7 +76,12 @@ run() {
 		return 0
 	fi
 	line=$(grep -m1 'migration: completed' "$log")
-	sed -n 's/.*total_ms=\([0-9]*\) downtime_ms=\([0-9]*\).*/\1 \2/p' <<<"$line" >>"$tmp/$1"
+	# total downtime server-CPU source-QEMU-CPU (ms; "-" when not measured)
+	awk '{ t = d = "-"; sc = qc = "-"
+		for (i = 1; i <= NF; i++) { split($i, kv, "=")
+			if (kv[1] == "total_ms") t = kv[2]; else if (kv[1] == "downtime_ms") d = kv[2]
+			else if (kv[1] == "server_cpu_ms") sc = kv[2]; else if (kv[1] == "qemu_cpu_ms") qc = kv[2] }
+		print t, d, sc, qc }' <<<"$line" >>"$tmp/$1"
 	echo "  $1: $line"
 }
 
@@ -92,9 +100,13 @@ failed() { if [ -f "$tmp/$1.failed" ]; then wc -l <"$tmp/$1.failed"; else echo 0
 median() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 it=$(cut -d' ' -f1 "$tmp/ioplane" | median); id=$(cut -d' ' -f2 "$tmp/ioplane" | median)
 qt=$(cut -d' ' -f1 "$tmp/qsd" | median); qd=$(cut -d' ' -f2 "$tmp/qsd" | median)
-printf '\n%-10s %12s %14s %12s\n' server "total ms" "downtime ms" "failed runs"
-printf '%-10s %12s %14s %12s\n' ioplane "$it" "$id" "$(failed ioplane)/$reps" \
-	qsd "$qt" "$qd" "$(failed qsd)/$reps"
+col() { cut -d' ' -f"$2" "$tmp/$1" | grep -v '^-$' | median; }
+printf '\n%-10s %12s %14s %16s %16s %12s\n' server "total ms" "downtime ms" "server CPU ms" \
+	"source QEMU CPU" "failed runs"
+for s in ioplane qsd; do
+	printf '%-10s %12s %14s %16s %16s %12s\n' $s "$(col $s 1)" "$(col $s 2)" "$(col $s 3)" \
+		"$(col $s 4)" "$(failed $s)/$reps"
+done
 awk -v it="$it" -v qt="$qt" -v id="$id" -v qd="$qd" 'BEGIN {
 	rt = it / qt; rd = (qd > 0) ? id / qd : 0
 	printf "\nioplane/qsd: total %.2fx (%s), downtime %.2fx (%s)  (target <= 1.0, %s guest RAM, median of '"$reps"')\n",

@@ -805,7 +805,8 @@ if [ $MIGRATE = 1 ]; then
   run_guest 2 > /dev/null & DEST_PID=$!
   for i in $(seq 300); do [ -S "$RUN/qemu2.qmp" ] && break; sleep 0.1; done
   ( export VMTEST_QEMU_QMP=$RUN/qemu.qmp VMTEST_QEMU2_QMP=$RUN/qemu2.qmp VMTEST_CONSOLE=$CONSOLE_LOG \
-      VMTEST_IMG=$IMG VMTEST_FLAG_OFFSET=$(( (DISK_MB - SEED_MB - MIGRATE_FLAG_MB) * 1048576 ))
+      VMTEST_IMG=$IMG VMTEST_FLAG_OFFSET=$(( (DISK_MB - SEED_MB - MIGRATE_FLAG_MB) * 1048576 )) \
+      VMTEST_SERVER_PID=$SERVER_PID VMTEST_QEMU_PID_FILE=$RUN/qemu.pid
     rc=0; python3 "$(dirname "${BASH_SOURCE[0]}")/vm-migrate.py" "unix:$RUN/migrate.sock" \
       >"$RUN/migrate.log" 2>&1 || rc=$?; echo $rc >"$RUN/migrate.rc"
     # A failed migration leaves the guest looping on the source: stop it now.
