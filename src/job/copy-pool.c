@@ -123,6 +123,12 @@ int copy_pool_errors(struct copy_pool *p)
 		/* One stop covers what failed before the resume: copied again. */
 		if (resumed && job_policy_action(pol, err) == JOB_ACTION_STOP)
 			continue;
+		/* A stop pauses the job with none of its copies in flight, as
+		 * QEMU's pause waits for a job's I/O: one that fails meanwhile
+		 * joins this stop, not a second one after the resume. */
+		if (job_policy_action(pol, err) == JOB_ACTION_STOP)
+			while (p->nbusy)
+				copy_pool_wait(p);
 		a = job_error_action(p->job, pol, o->err_read, err);
 		if (a == JOB_ACTION_REPORT)
 			return err;
