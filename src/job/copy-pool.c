@@ -76,6 +76,16 @@ void copy_pool_step(struct copy_pool *p, uint64_t *cursor, bool quiesced, uint64
 		job_sleep(p->job, retry_ns);
 }
 
+uint64_t copy_pool_busy_bytes(const struct copy_pool *p)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < p->max_ops; i++)
+		if (p->ops[i].busy)
+			n += p->ops[i].op.r.hi - p->ops[i].op.r.lo;
+	return n;
+}
+
 static struct copy_pool_op *pool_free_op(struct copy_pool *p)
 {
 	for (unsigned i = 0; i < p->max_ops; i++)
