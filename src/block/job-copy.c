@@ -316,6 +316,18 @@ static void chunk_start(struct job_copy *c, struct copy_chunk *ch)
 		chunk_end(ch, ret, true);
 }
 
+/* A stop pauses the job with none of its chunks in flight, as QEMU's pause
+ * waits for a job's I/O: a chunk that fails meanwhile joins c->failed and
+ * this stop, not a second one after the resume. */
+static enum job_error_action copy_error_action(struct job_copy *c, struct copy_chunk *ch,
+					       enum job_error_policy p)
+{
+	if (job_policy_action(p, ch->err) == JOB_ACTION_STOP)
+		while (c->inflight)
+			copy_wait_one(c);
+	return job_error_action(c->job, p, ch->err_read, ch->err);
+}
+
 /* The failed chunks: the error action for each. 0, or the error to report. */
 static int copy_handle_failed(struct job_copy *c)
 {
@@ -332,7 +344,7 @@ static int copy_handle_failed(struct job_copy *c)
 		if (stopped && job_policy_action(p, ch->err) == JOB_ACTION_STOP)
 			a = JOB_ACTION_STOP;
 		else
-			a = job_error_action(c->job, p, ch->err_read, ch->err);
+			a = copy_error_action(c, ch, p);
 		if (a == JOB_ACTION_STOP && !job_cancelled(c->job)) {
 			ch->next = stopped;
 			stopped = ch;

@@ -76,6 +76,16 @@ void copy_pool_step(struct copy_pool *p, uint64_t *cursor, bool quiesced, uint64
 		job_sleep(p->job, retry_ns);
 }
 
+uint64_t copy_pool_busy_bytes(const struct copy_pool *p)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < p->max_ops; i++)
+		if (p->ops[i].busy)
+			n += p->ops[i].op.r.hi - p->ops[i].op.r.lo;
+	return n;
+}
+
 static struct copy_pool_op *pool_free_op(struct copy_pool *p)
 {
 	for (unsigned i = 0; i < p->max_ops; i++)
@@ -123,6 +133,12 @@ int copy_pool_errors(struct copy_pool *p)
 		/* One stop covers what failed before the resume: copied again. */
 		if (resumed && job_policy_action(pol, err) == JOB_ACTION_STOP)
 			continue;
+		/* A stop pauses the job with none of its copies in flight, as
+		 * QEMU's pause waits for a job's I/O: one that fails meanwhile
+		 * joins this stop, not a second one after the resume. */
+		if (job_policy_action(pol, err) == JOB_ACTION_STOP)
+			while (p->nbusy)
+				copy_pool_wait(p);
 		a = job_error_action(p->job, pol, o->err_read, err);
 		if (a == JOB_ACTION_REPORT)
 			return err;

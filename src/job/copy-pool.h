@@ -50,8 +50,12 @@ void copy_pool_wait(struct copy_pool *p);
  * is quiesced, then yield until one finishes, or sleep retry_ns when none is
  * in flight. */
 void copy_pool_step(struct copy_pool *p, uint64_t *cursor, bool quiesced, uint64_t retry_ns);
+/* Bytes of the copies in flight (claimed: no longer in bcopy_remaining). */
+uint64_t copy_pool_busy_bytes(const struct copy_pool *p);
 /* Failed copies through the error policy: 0 (their ranges are to copy
- * again, or stopped and resumed), or the error to end the job with. */
+ * again, or stopped and resumed), or the error to end the job with. A
+ * stop first waits for every copy in flight: the job pauses with none, and
+ * those that fail meanwhile are covered by the same stop. */
 int copy_pool_errors(struct copy_pool *p);
 /* Flush bc->target, waiting: 0 or -errno. Nothing else in flight. */
 int copy_pool_flush(struct copy_pool *p);

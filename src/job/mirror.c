@@ -108,7 +108,9 @@ static int mirror_round(struct mirror_job *s, uint64_t *cursor)
 	if (job_cancelled(job))
 		return -ECANCELED;
 	left = bcopy_remaining(s->bc);
-	job_progress_set_total(job, atomic_load(&job->progress_current) + left);
+	/* What is in flight is counted: its completion adds to the current. */
+	job_progress_set_total(job, atomic_load(&job->progress_current) + left +
+					    copy_pool_busy_bytes(&s->pool));
 	if (left == 0 && s->pool.nbusy == 0) {
 		if (!s->ready) {
 			s->ready = true;

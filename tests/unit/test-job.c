@@ -4,7 +4,8 @@
  * and dismiss, a failing prepare, and the "stop" error action - checked
  * through the events and the order of the driver's hooks; and the write
  * guard: a lock waits for the guest writes in flight, an overlapping guest
- * write waits for the unlock, others pass.
+ * write waits for the unlock, others pass; and a "stop" with chunks in
+ * flight pauses the job once they are back.
  * Threading: the test is the main thread; run() runs on one iothread. */
 #include <stdatomic.h>
 #include <string.h>
@@ -85,6 +86,7 @@ static struct {
 	enum job_status seen[64];
 	unsigned n;
 	unsigned completed, cancelled, pending, errors;
+	bool last_read; /* the last error's operation */
 	char last_error[128];
 } ev;
 
@@ -111,7 +113,7 @@ static void ev_pending(struct job *j)
 static void ev_error(struct job *j, bool is_read, enum job_error_action a)
 {
 	(void)j;
-	assert_true(is_read);
+	ev.last_read = is_read;
 	assert_int_equal(a, JOB_ACTION_STOP);
 	ev.errors++;
 }
@@ -398,6 +400,7 @@ static void test_error_stop(void **state)
 	want = JOB_STATUS_PAUSED;
 	wait_for(e, in_state, t);
 	assert_int_equal(ev.errors, 1);
+	assert_true(ev.last_read);
 	assert_true(t->job.user_paused);
 	assert_string_equal(t->job.io_status, "failed");
 	assert_int_equal(atomic_load(&t->stop_seen), 0);
@@ -536,6 +539,132 @@ static void test_guard(void **state)
 	blk_close(bs);
 }
 
+/* ---- copies between devices held on the iothread ------------------------------- */
+
+static struct blk_node *copy_src, *copy_dst;
+static atomic_int copy_ret;
+
+/* The held devices are the iothread's: looked at and completed there. */
+struct on_io {
+	struct ram_dev *d;
+	struct blk_node *bs;
+	struct test_req *t;
+	unsigned n;
+};
+
+static void io_count(void *arg)
+{
+	struct on_io *a = arg;
+
+	a->n = a->d->npending;
+}
+static void io_complete(void *arg)
+{
+	ram_complete_one(((struct on_io *)arg)->d);
+}
+
+static struct env *copy_env;
+static unsigned pending_on_io(struct ram_dev *d)
+{
+	struct on_io a = {.d = d};
+
+	iothread_run_sync(copy_env->t, io_count, &a);
+	return a.n;
+}
+
+/* ---- a stop with chunks in flight ------------------------------------------------- */
+
+/* Three 1 MiB chunks, two in flight, to a target that fails writes,
+ * on-target-error stop (the copy of s_run, without the share). */
+static int stop_run(struct job *job)
+{
+	struct job_copy_opts o = {.max_inflight = 2,
+				  .on_source_error = JOB_ERR_STOP,
+				  .on_target_error = JOB_ERR_STOP};
+	struct job_copy *c;
+	int ret = job_copy_new(job, copy_src, copy_dst, &o, &c);
+
+	if (ret)
+		return ret;
+	ret = job_copy_range(c, 0, 3u << 20);
+	if (!ret)
+		ret = job_copy_wait(c);
+	else
+		job_copy_wait(c);
+	job_copy_free(c);
+	atomic_store(&copy_ret, ret);
+	return ret;
+}
+
+static const struct job_driver stopdrv = {
+	.type = "stream", .size = sizeof(struct job), .run = stop_run};
+
+static void io_heal(void *d)
+{
+	((struct ram_dev *)d)->cfg.fail_op = -1;
+}
+static bool dst_pending_is(void *n)
+{
+	return pending_on_io(copy_dst->opaque) == *(unsigned *)n;
+}
+
+/* The job pauses for a stop once its chunks in flight are back, as QEMU's:
+ * one that fails after the first is covered by the same stop, and the job
+ * goes on after one resume (a chunk failing after the resume would stop it
+ * a second time, with no one to resume it). */
+static void test_stop_waits_inflight(void **state)
+{
+	struct env *e = *state;
+	struct job_opts o = JOB_OPTS_INIT;
+	struct on_io a = {0};
+	struct job *j;
+	char err[256];
+	unsigned n = 2;
+
+	copy_env = e;
+	assert_int_equal(ram_register(), 0);
+	copy_src = test_open("driver=ram,ram-size=3M");
+	ram_cfg.hold = true;
+	ram_cfg.fail_op = BLK_OP_WRITE;
+	ram_cfg.fail_ret = -EIO;
+	copy_dst = test_open("driver=ram,ram-size=3M");
+	ram_reset_config();
+	memset(((struct ram_dev *)copy_src->opaque)->ram.data, 0xa5, 3u << 20);
+	a.d = copy_dst->opaque;
+	o.id = "w";
+	atomic_store(&copy_ret, 1);
+	assert_int_equal(job_create(&stopdrv, &o, &j, err, sizeof(err)), 0);
+	job_start(j);
+	wait_for(e, dst_pending_is, &n);
+	iothread_run_sync(e->t, io_complete, &a); /* the first write fails */
+	for (int i = 0; i < 50; i++) {
+		loop_run_once(e->main, false);
+		usleep(1000);
+	}
+	assert_int_equal(ev.errors, 0); /* the other one is still in flight */
+	assert_int_not_equal(j->status, JOB_STATUS_PAUSED);
+	iothread_run_sync(e->t, io_complete, &a); /* ... and fails too */
+	want = JOB_STATUS_PAUSED;
+	wait_for(e, in_state, j);
+	assert_int_equal(ev.errors, 1);
+	assert_false(ev.last_read);
+	assert_int_equal(pending_on_io(copy_dst->opaque), 0);
+	iothread_run_sync(e->t, io_heal, a.d);
+	assert_int_equal(job_user_resume(j, err, sizeof(err)), 0);
+	wait_for(e, dst_pending_is, &n); /* both copied again */
+	iothread_run_sync(e->t, io_complete, &a);
+	iothread_run_sync(e->t, io_complete, &a);
+	n = 1;
+	wait_for(e, dst_pending_is, &n); /* then the third */
+	iothread_run_sync(e->t, io_complete, &a);
+	wait_for(e, gone, "w");
+	assert_int_equal(atomic_load(&copy_ret), 0);
+	assert_int_equal(ev.errors, 1);
+	assert_true(all_bytes(((struct ram_dev *)copy_dst->opaque)->ram.data, 3u << 20, 0xa5));
+	blk_close(copy_src);
+	blk_close(copy_dst);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -551,6 +680,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_prepare_fails, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_error_stop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_guard, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stop_waits_inflight, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
