@@ -16,6 +16,17 @@ from _qmp import free_port, skip  # noqa: F401 (free_port: for the tests)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def recv_exact(sock, n):
+    """n bytes from sock (a plain socket or an ssl one); EOFError when it closes first."""
+    b = b""
+    while len(b) < n:
+        c = sock.recv(n - len(b))
+        if not c:
+            raise EOFError("closed")
+        b += c
+    return b
+
+
 def need():
     """The ioplane binary ($IOPLANE), or skip when it or gnutls-bin is missing."""
     ioplane = os.environ.get("IOPLANE")

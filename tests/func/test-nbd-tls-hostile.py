@@ -36,13 +36,7 @@ class Conn:
         self.s.sendall(struct.pack(">I", 3))  # FIXED_NEWSTYLE | NO_ZEROES
 
     def rd(self, n):
-        b = b""
-        while len(b) < n:
-            c = self.s.recv(n - len(b))
-            if not c:
-                raise EOFError("closed")
-            b += c
-        return b
+        return ts.recv_exact(self.s, n)
 
     def opt(self, opt, data=b""):
         self.s.sendall(struct.pack(">QII", IHAVEOPT, opt, len(data)) + data)

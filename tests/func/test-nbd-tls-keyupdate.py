@@ -66,13 +66,7 @@ class Conn:
             assert typ == REP_INFO, hex(typ)
 
     def raw_rd(self, n):
-        b = b""
-        while len(b) < n:
-            c = self.raw.recv(n - len(b))
-            if not c:
-                raise EOFError("closed")
-            b += c
-        return b
+        return ts.recv_exact(self.raw, n)
 
     def rd(self, n):
         b = bytearray()
