@@ -57,9 +57,11 @@ def wait_listening(port, srv):
 
 def serve(ioplane, pki, port, args, logpath, body):
     """`ioplane serve` with tls-creds-x509 tls0 (pki/srv) on --nbd-server 127.0.0.1:port
-    and args; body() once it listens. The server's exit status and log."""
+    and args; body() once it listens. The server's exit status and log. With ioplane
+    "qemu-storage-daemon", that daemon with the same command line instead."""
     log = open(logpath, "w+")
-    srv = subprocess.Popen([ioplane, "serve",
+    cmd = [ioplane] if os.path.basename(ioplane) == "qemu-storage-daemon" else [ioplane, "serve"]
+    srv = subprocess.Popen(cmd + [
                             "--object", f"tls-creds-x509,id=tls0,dir={pki}/srv,endpoint=server",
                             "--nbd-server", f"addr.type=inet,addr.host=127.0.0.1,"
                             f"addr.port={port},tls-creds=tls0"] + args,
